@@ -1,0 +1,142 @@
+// Every failure torpor reports is a TorporError with a stable `code`.
+// The native addon creates its errors through createError() (handed to it at
+// load time), so errors thrown in C++ arrive as these same classes.
+
+export type ErrorCode =
+  | 'KVM_UNAVAILABLE'
+  | 'TEMPLATE_NOT_FOUND'
+  | 'SANDBOX_NOT_FOUND'
+  | 'SANDBOX_BUSY'
+  | 'INVALID_ARGUMENT'
+  | 'COMMAND_EXIT'
+  | 'TIMEOUT'
+  | 'FILE_NOT_FOUND'
+  | 'SNAPSHOT_INVALID'
+  | 'SNAPSHOT_INCOMPATIBLE'
+  | 'GUEST_UNRESPONSIVE'
+  | 'OUT_OF_SPACE'
+  | 'OUTPUT_LOST'
+  | 'TEMPLATE_CHANGED'
+  // Lower-level codes from the native core and the setup tooling.
+  | 'IO_ERROR'
+  | 'GUEST_MEMORY'
+  | 'BOOT_FAILED'
+  | 'MACHINE_FAILED'
+  | 'INVALID_STATE'
+  | 'VSOCK_REFUSED'
+  | 'PROTOCOL_ERROR'
+  | 'CONNECTION_CLOSED'
+  | 'PERMISSION_DENIED'
+  | 'FILE_EXISTS'
+  | 'NOT_A_DIRECTORY'
+  | 'IS_A_DIRECTORY'
+  | 'NOT_EMPTY'
+  | 'REQUEST_FAILED'
+  | 'SETUP_FAILED'
+  | 'MISSING_TOOLS'
+  | 'KERNEL_INVALID'
+  | 'ARTIFACT_CORRUPT'
+  | 'ADDON_LOAD_FAILED'
+  | 'INTERNAL';
+
+export interface TorporErrorOptions {
+  errno?: number;
+  cause?: unknown;
+}
+
+export class TorporError extends Error {
+  readonly code: ErrorCode;
+  readonly errno?: number;
+
+  constructor(code: ErrorCode, message: string, options: TorporErrorOptions = {}) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    this.name = new.target.name;
+    this.code = code;
+    if (options.errno !== undefined) this.errno = options.errno;
+  }
+}
+
+export class KvmUnavailableError extends TorporError {
+  constructor(message: string, options?: TorporErrorOptions) {
+    super('KVM_UNAVAILABLE', message, options);
+  }
+}
+export class InvalidArgumentError extends TorporError {
+  constructor(message: string, options?: TorporErrorOptions) {
+    super('INVALID_ARGUMENT', message, options);
+  }
+}
+export class TimeoutError extends TorporError {
+  constructor(message: string, options?: TorporErrorOptions) {
+    super('TIMEOUT', message, options);
+  }
+}
+export class FileNotFoundError extends TorporError {
+  constructor(message: string, options?: TorporErrorOptions) {
+    super('FILE_NOT_FOUND', message, options);
+  }
+}
+export class SandboxNotFoundError extends TorporError {
+  constructor(message: string, options?: TorporErrorOptions) {
+    super('SANDBOX_NOT_FOUND', message, options);
+  }
+}
+export class TemplateNotFoundError extends TorporError {
+  constructor(message: string, options?: TorporErrorOptions) {
+    super('TEMPLATE_NOT_FOUND', message, options);
+  }
+}
+export class OutputLostError extends TorporError {
+  constructor(message: string, options?: TorporErrorOptions) {
+    super('OUTPUT_LOST', message, options);
+  }
+}
+export class GuestUnresponsiveError extends TorporError {
+  constructor(message: string, options?: TorporErrorOptions) {
+    super('GUEST_UNRESPONSIVE', message, options);
+  }
+}
+export class NotEnoughSpaceError extends TorporError {
+  constructor(message: string, options?: TorporErrorOptions) {
+    super('OUT_OF_SPACE', message, options);
+  }
+}
+
+/** A command exited with a non-zero status (thrown unless the caller opted out). */
+export class CommandExitError extends TorporError {
+  readonly exitCode: number;
+  readonly stdout: string;
+  readonly stderr: string;
+  readonly signal?: string;
+
+  constructor(result: { exitCode: number; stdout: string; stderr: string; signal?: string }, cmd?: string) {
+    const what = cmd === undefined ? 'command' : `command ${JSON.stringify(cmd.length > 80 ? cmd.slice(0, 77) + '...' : cmd)}`;
+    const how = result.signal ? `was killed by ${result.signal}` : `exited with code ${result.exitCode}`;
+    const tail = result.stderr.trim().split('\n').slice(-3).join('\n');
+    super('COMMAND_EXIT', `${what} ${how}${tail ? `: ${tail}` : ''}`);
+    this.exitCode = result.exitCode;
+    this.stdout = result.stdout;
+    this.stderr = result.stderr;
+    if (result.signal !== undefined) this.signal = result.signal;
+  }
+}
+
+const byCode: Partial<Record<ErrorCode, new (message: string, options?: TorporErrorOptions) => TorporError>> = {
+  KVM_UNAVAILABLE: KvmUnavailableError,
+  INVALID_ARGUMENT: InvalidArgumentError,
+  TIMEOUT: TimeoutError,
+  FILE_NOT_FOUND: FileNotFoundError,
+  SANDBOX_NOT_FOUND: SandboxNotFoundError,
+  TEMPLATE_NOT_FOUND: TemplateNotFoundError,
+  OUTPUT_LOST: OutputLostError,
+  GUEST_UNRESPONSIVE: GuestUnresponsiveError,
+  OUT_OF_SPACE: NotEnoughSpaceError,
+};
+
+/** Builds the most specific TorporError subclass for a code. */
+export function createError(code: string, message: string, errno?: number): TorporError {
+  const options: TorporErrorOptions = errno ? { errno } : {};
+  const Ctor = byCode[code as ErrorCode];
+  if (Ctor) return new Ctor(message, options);
+  return new TorporError(code as ErrorCode, message, options);
+}

@@ -1,0 +1,2 @@
+// torpor's public entry point.
+export * from './errors.js';

@@ -1,0 +1,107 @@
+// The raw binding of the native addon (native/addon), typed in one place.
+// lib/native.ts loads it; everything else in lib/ wraps it in idiomatic classes.
+
+export type HostKind = 'hardware' | 'pvm';
+
+export interface HostProbe {
+  /** Path of the KVM device that was opened. */
+  device: string;
+  /** KVM_GET_API_VERSION (12 on every current kernel). */
+  apiVersion: number;
+  hostKind: HostKind;
+  /** CPU vendor string from CPUID leaf 0 of the host. */
+  cpuVendor: string;
+  /** Capability name -> present. Names: irqchip, pit2, userMemory, dirtyLog, manualDirtyLogProtect,
+   *  immediateExit, xsave, xcrs, kvmclockCtrl, preFaultMemory, ioeventfd, irqfd, tscControl, xsave2,
+   *  setIdentityMapAddr, maxVcpus (number in capabilityValues). */
+  capabilities: Record<string, boolean>;
+  /** Numeric capabilities (KVM_CHECK_EXTENSION results), e.g. maxVcpus, nrMemslots, xsave2Size. */
+  capabilityValues: Record<string, number>;
+  /** Capabilities torpor requires that this host lacks (empty when usable). */
+  missing: string[];
+}
+
+export interface NativeDiskConfig {
+  /** Read-only base image (ext4 for Linux guests); may be '' for an overlay-only disk. */
+  base: string;
+  /** Copy-on-write overlay data file (format: docs/overlay.md); created if missing. */
+  overlay: string;
+  readOnly?: boolean;
+  serial?: string;
+}
+
+export interface NativeMachineConfig {
+  kernel: string;
+  initrd?: string;
+  cmdline: string;
+  vcpus: number;
+  memoryMiB: number;
+  disks: NativeDiskConfig[];
+  /** Guest CID; omit for no vsock device. */
+  vsockCid?: number;
+  rng?: boolean;
+  /** Append everything the guest prints on the serial port to this file. */
+  consoleLog?: string;
+  /** Bytes of console output kept in memory (consoleTail); default 64 KiB. */
+  consoleRingBytes?: number;
+  /** /dev/kvm by default. */
+  kvmDevice?: string;
+}
+
+export type NativeMachineState = 'created' | 'running' | 'paused' | 'stopped' | 'failed';
+
+export interface NativeExitReason {
+  /** 'reset' (i8042/triple-fault-free reboot), 'poweroff', 'stop' (host asked), 'triple-fault',
+   *  'internal-error', 'emulation-failure', 'shutdown', 'panic', 'hlt' (all vCPUs halted with
+   *  interrupts off), 'host-error'. */
+  kind: string;
+  message: string;
+  /** The last console output (up to 4 KiB) at the moment the machine ended. */
+  consoleTail: string;
+}
+
+export type NativeMachineEvent =
+  | { type: 'console'; data: Buffer }
+  | { type: 'exit'; state: 'stopped' | 'failed'; reason: NativeExitReason };
+
+export interface NativeMachineStats {
+  exits: number;
+  pioExits: number;
+  mmioExits: number;
+  haltExits: number;
+  /** Nanoseconds from construction to the first KVM_RUN entering the guest. */
+  createToFirstRunNs: number;
+}
+
+export interface NativeMachine {
+  /** Starts the vCPU threads and the I/O thread. Resolves once every vCPU entered KVM_RUN once. */
+  start(): Promise<void>;
+  /** Resolves when every vCPU is out of KVM_RUN with its pending I/O completed. */
+  pause(): Promise<void>;
+  resume(): Promise<void>;
+  /** Stops the machine (vCPUs and I/O thread joined); resolves to the exit reason. Idempotent. */
+  stop(): Promise<NativeExitReason>;
+  state(): NativeMachineState;
+  exitReason(): NativeExitReason | null;
+  /** Serial input (to the 8250's receive FIFO). */
+  consoleWrite(data: Buffer | string): void;
+  /** The last bytes the guest printed (bounded ring). */
+  consoleTail(): Buffer;
+  /** Host-initiated vsock stream; resolves to the host end of a socketpair (wrap it in net.Socket). */
+  vsockConnect(port: number, timeoutMs?: number): Promise<number>;
+  /** Sends a vsock transport-reset event to the guest, dropping every connection. */
+  vsockReset(): void;
+  /** Bounds-checked read of guest-physical memory (tests, debugging). Throws GUEST_MEMORY out of range. */
+  readGuest(gpa: number, length: number): Buffer;
+  stats(): NativeMachineStats;
+}
+
+export interface NativeBinding {
+  /** Hands native code the factory it uses to build every error it throws. Called once at load. */
+  setErrorFactory(factory: (code: string, message: string, errno?: number) => Error): void;
+  /** Opens the KVM device and reports what it can do. Throws KVM_UNAVAILABLE with the reason. */
+  probe(devicePath?: string): HostProbe;
+  Machine: new (config: NativeMachineConfig, onEvent: (event: NativeMachineEvent) => void) => NativeMachine;
+  /** Build facts: addon version, compiler, whether built with sanitizers. */
+  buildInfo(): { version: string; compiler: string };
+}

@@ -1,0 +1,46 @@
+// Errors inside the native core.
+//
+// Native code reports failures by throwing torpor::Error (never anything else
+// on purpose). The N-API layer (native/addon) catches it at every entry point
+// and turns it into a JS TorporError with the same stable `code` and `errno`.
+// No code path in the addon may call abort(), exit() or let an exception
+// escape into N-API.
+#pragma once
+
+#include <cerrno>
+#include <stdexcept>
+#include <string>
+
+namespace torpor {
+
+// Stable codes shared with lib/errors.ts. Keep both lists in sync.
+namespace code {
+inline constexpr const char* kKvmUnavailable = "KVM_UNAVAILABLE";
+inline constexpr const char* kInvalidArgument = "INVALID_ARGUMENT";
+inline constexpr const char* kIo = "IO_ERROR";
+inline constexpr const char* kGuestMemory = "GUEST_MEMORY";      // guest gave a bad address
+inline constexpr const char* kBootFailed = "BOOT_FAILED";        // kernel/initrd could not be loaded
+inline constexpr const char* kMachineFailed = "MACHINE_FAILED";  // triple fault, internal error...
+inline constexpr const char* kInvalidState = "INVALID_STATE";    // e.g. pause of a stopped machine
+inline constexpr const char* kSnapshotInvalid = "SNAPSHOT_INVALID";
+inline constexpr const char* kVsockRefused = "VSOCK_REFUSED";
+inline constexpr const char* kTimeout = "TIMEOUT";
+inline constexpr const char* kInternal = "INTERNAL";
+}  // namespace code
+
+class Error : public std::runtime_error {
+ public:
+  Error(const char* code, const std::string& message, int err = 0)
+      : std::runtime_error(message), code_(code), errno_(err) {}
+  const char* code() const noexcept { return code_; }
+  int sys_errno() const noexcept { return errno_; }
+
+ private:
+  const char* code_;
+  int errno_;
+};
+
+// Throws an Error carrying the current errno, e.g. sys_error(code::kIo, "open disk").
+[[noreturn]] void throw_sys_error(const char* code, const std::string& what, int err = errno);
+
+}  // namespace torpor

@@ -1,0 +1,70 @@
+// The contract between the machine (native/vmm) and the virtio devices.
+//
+// Each virtio device is exposed to the guest through a virtio-mmio (version 2,
+// modern) transport occupying a 4 KiB MMIO window. The machine places it on the
+// bus, gives it an edge-triggered IrqLine (one GSI per device), and, for each
+// queue, may register a KVM ioeventfd on the QueueNotify register (offset
+// 0x50, 4 bytes, datamatch = queue index) whose events it forwards to notify()
+// from the I/O thread. Without an ioeventfd the guest's QueueNotify write
+// arrives through write() on a vCPU thread and has the same effect.
+//
+// Thread safety: read()/write() arrive on vCPU threads (several at once),
+// notify() and event-loop callbacks on the I/O thread; each device serialises
+// internally.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "devices/device.h"
+#include "vmm/event_loop.h"
+#include "vmm/guest_memory.h"
+
+namespace torpor {
+
+inline constexpr uint64_t kVirtioMmioWindow = 0x1000;
+inline constexpr uint64_t kVirtioMmioQueueNotify = 0x50;
+
+class VirtioMmioDevice : public BusDevice {
+ public:
+  virtual uint32_t num_queues() const = 0;
+  virtual void notify(uint32_t queue) = 0;
+};
+
+struct BlkOptions {
+  std::string base_path;     // read-only base image (may be empty: overlay only)
+  std::string overlay_path;  // copy-on-write overlay data file (created if missing)
+  uint64_t size_bytes = 0;   // 0: size of the base image
+  bool read_only = false;    // refuse guest writes (VIRTIO_BLK_F_RO)
+  std::string serial;        // VIRTIO_BLK_T_GET_ID answer (<= 20 bytes)
+};
+
+struct VsockOptions {
+  uint64_t guest_cid = 3;
+};
+
+// Host side of the vsock device: host-initiated stream connections.
+class VsockHost {
+ public:
+  virtual ~VsockHost() = default;
+  // Opens a connection to the guest's port. `done` runs on the I/O thread
+  // once the guest answered: with the host end of a socketpair (the caller
+  // owns it) or with fd = -1 and an error code/message (VSOCK_REFUSED on RST,
+  // TIMEOUT when the guest never answered within timeout_ms).
+  virtual void connect(uint32_t port, uint32_t timeout_ms,
+                       std::function<void(int fd, const char* code, const std::string& message)> done) = 0;
+  // Sends a transport-reset event to the guest and drops every connection
+  // (used after restore).
+  virtual void transport_reset() = 0;
+};
+
+std::unique_ptr<VirtioMmioDevice> make_virtio_blk(GuestMemory& mem, IrqLine& irq, EventLoop& loop,
+                                                  const BlkOptions& opts);
+std::unique_ptr<VirtioMmioDevice> make_virtio_rng(GuestMemory& mem, IrqLine& irq, EventLoop& loop);
+// The returned VsockHost lives as long as the device.
+std::unique_ptr<VirtioMmioDevice> make_virtio_vsock(GuestMemory& mem, IrqLine& irq, EventLoop& loop,
+                                                    const VsockOptions& opts, VsockHost** host);
+
+}  // namespace torpor
