@@ -32,6 +32,7 @@ export type ErrorCode =
   | 'IS_A_DIRECTORY'
   | 'NOT_EMPTY'
   | 'REQUEST_FAILED'
+  | 'PROCESS_NOT_FOUND'
   | 'SETUP_FAILED'
   | 'MISSING_TOOLS'
   | 'KERNEL_INVALID'

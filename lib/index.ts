@@ -1,2 +1,11 @@
 // torpor's public entry point.
 export * from './errors.js';
+// Sandboxes and the agent API (lib/sandbox, lib/agent).
+export { Sandbox, linuxGuestSupport, type SandboxOpts } from './sandbox/sandbox.js';
+export { Commands, CommandHandle, type CommandResult, type CommandStartOpts, type CommandConnectOpts, type ProcessInfo } from './sandbox/commands.js';
+export { Files, type EntryInfo, type FileType, type WriteInfo, type WriteData, type WriteEntry } from './sandbox/files.js';
+export { Pty, type PtyHandle, type PtyCreateOpts, type PtySize } from './sandbox/pty.js';
+export { createAgentApi, type AgentApi } from './sandbox/agent-api.js';
+export { AgentClient, type AgentClientOptions, type Dial } from './agent/client.js';
+export { connectHostAgent, startHostAgent, type HostAgent } from './agent/host.js';
+export { Machine, type MachineOptions, type MachineDisk, type MachineState, type ExitReason, type MachineStats } from './vm/machine.js';

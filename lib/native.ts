@@ -5,9 +5,9 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 import { TorporError, createError } from './errors.js';
-import type { NativeBinding } from './native.d.ts';
+import type { NativeBinding } from './native-types.js';
 
-export type * from './native.d.ts';
+export type * from './native-types.js';
 
 const require = createRequire(import.meta.url);
 const packageRoot = join(dirname(fileURLToPath(import.meta.url)), '..');

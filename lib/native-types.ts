@@ -1,4 +1,6 @@
 // The raw binding of the native addon (native/addon), typed in one place.
+// (Formerly lib/native.d.ts: a .d.ts beside lib/native.ts is shadowed by it, so
+// TypeScript never saw these types.)
 // lib/native.ts loads it; everything else in lib/ wraps it in idiomatic classes.
 
 export type HostKind = 'hardware' | 'pvm';
@@ -94,6 +96,8 @@ export interface NativeMachine {
   /** Bounds-checked read of guest-physical memory (tests, debugging). Throws GUEST_MEMORY out of range. */
   readGuest(gpa: number, length: number): Buffer;
   stats(): NativeMachineStats;
+  /** The kernel command line as loaded (the caller's plus the virtio_mmio.device= entries). */
+  kernelCmdline(): string;
 }
 
 export interface NativeBinding {

@@ -1,0 +1,106 @@
+// Agent protocol benchmarks over the host transport (the real agent on a Unix socket):
+// PING round trip, commands.run of an argv (no shell) and of a shell string, file throughput.
+// bench/run.ts calls runAgentBench(); `tsx bench/agent.ts` runs it alone, prints a table and
+// writes bench/results/agent.json.
+import { execFileSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { existsSync } from 'node:fs';
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+
+import { hostAgentBinary, plainAgentEnv, startHostAgent } from '../lib/agent/host.js';
+import { createAgentApi } from '../lib/sandbox/agent-api.js';
+
+export interface AgentBenchRow {
+  name: string;
+  transport: 'host-unix';
+  n: number;
+  unit: 'us' | 'MiB/s';
+  p50?: number;
+  p99?: number;
+  mean?: number;
+  value?: number;
+  target?: string;
+  meetsTarget?: boolean;
+}
+
+export interface AgentBenchResult {
+  rows: AgentBenchRow[];
+  json: { bench: 'agent'; date: string; node: string; host: string; rows: AgentBenchRow[] };
+}
+
+function percentile(sorted: number[], p: number): number {
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
+}
+
+async function timed(n: number, warmup: number, fn: () => Promise<unknown>): Promise<{ p50: number; p99: number; mean: number }> {
+  for (let i = 0; i < warmup; i++) await fn();
+  const us: number[] = [];
+  for (let i = 0; i < n; i++) {
+    const t0 = process.hrtime.bigint();
+    await fn();
+    us.push(Number(process.hrtime.bigint() - t0) / 1000);
+  }
+  us.sort((a, b) => a - b);
+  const round = (x: number) => Math.round(x * 10) / 10;
+  return { p50: round(percentile(us, 50)), p99: round(percentile(us, 99)), mean: round(us.reduce((a, b) => a + b, 0) / n) };
+}
+
+export async function runAgentBench(opts: { iterations?: number; fileMiB?: number } = {}): Promise<AgentBenchResult> {
+  const n = opts.iterations ?? 1000;
+  const fileMiB = opts.fileMiB ?? 64;
+  if (!existsSync(hostAgentBinary())) execFileSync('make', ['-s', '-C', 'guest/agent'], { stdio: 'inherit' });
+  const agent = await startHostAgent({ env: plainAgentEnv() });
+  const client = await agent.client();
+  const api = createAgentApi(client);
+  const dir = await mkdtemp(join(tmpdir(), 'torpor-bench-'));
+  const rows: AgentBenchRow[] = [];
+  try {
+    const ping = await timed(n, 100, () => client.ping());
+    rows.push({ name: 'agent PING round trip', transport: 'host-unix', n, unit: 'us', ...ping, target: 'p50 <= 100 us', meetsTarget: ping.p50 <= 100 });
+    const argv = await timed(n, 20, () => api.commands.run(['true']));
+    rows.push({ name: "commands.run(['true']) argv, no shell", transport: 'host-unix', n, unit: 'us', ...argv, target: 'p50 <= 1000 us', meetsTarget: argv.p50 <= 1000 });
+    const shell = await timed(n, 20, () => api.commands.run('true'));
+    rows.push({ name: "commands.run('true') via bash -lc", transport: 'host-unix', n, unit: 'us', ...shell });
+
+    const data = randomBytes(fileMiB * 1024 * 1024);
+    const path = join(dir, 'file');
+    const tw = process.hrtime.bigint();
+    await api.files.write(path, data);
+    const writeS = Number(process.hrtime.bigint() - tw) / 1e9;
+    const tr = process.hrtime.bigint();
+    const back = await api.files.read(path, { format: 'bytes' });
+    const readS = Number(process.hrtime.bigint() - tr) / 1e9;
+    if (back.length !== data.length) throw new Error('file read back has the wrong size');
+    const mibs = (s: number) => Math.round((fileMiB / s) * 10) / 10;
+    rows.push({ name: `files.write ${fileMiB} MiB (fsync + rename)`, transport: 'host-unix', n: 1, unit: 'MiB/s', value: mibs(writeS) });
+    rows.push({ name: `files.read ${fileMiB} MiB`, transport: 'host-unix', n: 1, unit: 'MiB/s', value: mibs(readS) });
+  } finally {
+    await client.close();
+    await agent.stop();
+    await rm(dir, { recursive: true, force: true });
+  }
+  const { hostname } = await import('node:os');
+  return { rows, json: { bench: 'agent', date: new Date().toISOString(), node: process.version, host: hostname(), rows } };
+}
+
+export function formatRows(rows: AgentBenchRow[]): string {
+  const lines = ['| path | n | p50 | p99 | value | target |', '| --- | --- | --- | --- | --- | --- |'];
+  for (const r of rows) {
+    const v = (x?: number) => (x === undefined ? '' : `${x} ${r.unit}`);
+    const target = r.target ? `${r.target} ${r.meetsTarget ? '(met)' : '(missed)'}` : '';
+    lines.push(`| ${r.name} | ${r.n} | ${v(r.p50)} | ${v(r.p99)} | ${v(r.value)} | ${target} |`);
+  }
+  return lines.join('\n');
+}
+
+if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
+  const result = await runAgentBench();
+  console.log(formatRows(result.rows));
+  const out = join(dirname(fileURLToPath(import.meta.url)), 'results', 'agent.json');
+  await mkdir(dirname(out), { recursive: true });
+  await writeFile(out, JSON.stringify(result.json, null, 2) + '\n');
+  console.log(`\nwritten to ${out}`);
+}

@@ -1,0 +1,64 @@
+#include "loop.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "util.h"
+
+static int epfd = -1;
+static int stopping;
+
+int loop_init(void) {
+  epfd = epoll_create1(EPOLL_CLOEXEC);
+  return epfd < 0 ? -1 : 0;
+}
+
+int loop_watch(struct watcher *w, uint32_t events) {
+  struct epoll_event ev;
+  memset(&ev, 0, sizeof ev);
+  ev.events = events;
+  ev.data.ptr = w;
+  if (w->registered && w->events == events) return 0;
+  if (epoll_ctl(epfd, w->registered ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, w->fd, &ev) != 0) {
+    log_error("epoll_ctl(fd %d): %s", w->fd, strerror(errno));
+    return -1;
+  }
+  w->registered = 1;
+  w->events = events;
+  return 0;
+}
+
+void loop_unwatch(struct watcher *w) {
+  if (!w->registered) return;
+  epoll_ctl(epfd, EPOLL_CTL_DEL, w->fd, NULL);
+  w->registered = 0;
+  w->events = 0;
+}
+
+void loop_stop(void) { stopping = 1; }
+
+void loop_run(uint64_t (*next_deadline_ms)(void), void (*on_tick)(void)) {
+  struct epoll_event evs[64];
+  while (!stopping) {
+    uint64_t deadline = next_deadline_ms();
+    uint64_t now = now_ms();
+    int timeout = -1;
+    if (deadline != UINT64_MAX) timeout = deadline <= now ? 0 : (int)(deadline - now > 60000 ? 60000 : deadline - now);
+    int n = epoll_wait(epfd, evs, 64, timeout);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      log_error("epoll_wait: %s", strerror(errno));
+      continue; /* as PID 1 there is nowhere to go */
+    }
+    for (int i = 0; i < n; i++) {
+      struct watcher *w = evs[i].data.ptr;
+      /* An earlier event of this batch may have closed it; owners free their watchers
+       * only from on_tick, after the batch, so the pointer is still valid here. */
+      if (w->registered) w->fn(w, evs[i].events);
+    }
+    on_tick();
+  }
+}

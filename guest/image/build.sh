@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Builds torpor's base root filesystem: Debian bookworm (mmdebstrap, minbase
+# plus the tools a user expects), the agent at /usr/sbin/torpor-agent (the
+# kernel starts it with init=), written to a sparse ext4 image.
+#
+# usage: build.sh OUTDIR AGENT
+#   OUTDIR/rootfs.ext4    the image (block size 4096, headroom for user files)
+#   OUTDIR/packages.txt   name and version of every installed package
+# env:
+#   APT_SOURCES   space-separated apt sources files to build from (default: the
+#                 host's own enabled files under /etc/apt). No mirror is named
+#                 here on purpose: the image comes from wherever this host's apt
+#                 is configured to fetch.
+#
+# The caller runs this in a temporary directory and renames the result into
+# place (lib/store), so a failed build never leaves a half-written image.
+set -euo pipefail
+
+out=${1:?usage: build.sh OUTDIR AGENT}
+agent=${2:?usage: build.sh OUTDIR AGENT}
+suite=bookworm
+# Keep in step with the README's list of what the base image holds.
+packages=(bash coreutils findutils grep sed tar gzip procps util-linux iproute2
+          ca-certificates python3 sqlite3)
+
+if [[ $(id -u) -ne 0 ]]; then
+  echo "build.sh: building the root filesystem needs root: mmdebstrap's root mode creates files owned by root" >&2
+  echo "build.sh: and mkfs.ext4 -d copies ownership as found. Run the setup as root (sudo npx torpor setup)." >&2
+  exit 3
+fi
+for tool in mmdebstrap mkfs.ext4 du truncate dpkg-query; do
+  command -v "$tool" >/dev/null || { echo "build.sh: missing tool '$tool'" >&2; exit 2; }
+done
+[[ -x $agent ]] || { echo "build.sh: agent binary $agent is missing or not executable" >&2; exit 2; }
+
+if [[ -z ${APT_SOURCES:-} ]]; then
+  APT_SOURCES=""
+  [[ -s /etc/apt/sources.list ]] && grep -qE '^\s*deb\s' /etc/apt/sources.list && APT_SOURCES=/etc/apt/sources.list
+  for f in /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; do
+    [[ -s $f ]] && APT_SOURCES+=" $f"
+  done
+fi
+read -r -a sources <<< "$APT_SOURCES"
+(( ${#sources[@]} > 0 )) || { echo "build.sh: this host has no apt sources configured under /etc/apt" >&2; exit 2; }
+
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+tree=$out/tree
+rm -rf "$tree"
+trap 'rm -rf "$tree"' EXIT
+
+echo "phase: debootstrap $suite (${#packages[@]} packages from ${sources[*]})"
+include=$(IFS=,; echo "${packages[*]}")
+# path-exclude: no documentation, man pages or translations (about 40% of the tree).
+mmdebstrap \
+  --variant=minbase \
+  --include="$include" \
+  --aptopt='Acquire::Check-Valid-Until "false"' \
+  --aptopt='Acquire::Languages "none"' \
+  --dpkgopt='path-exclude=/usr/share/man/*' \
+  --dpkgopt='path-exclude=/usr/share/doc/*' \
+  --dpkgopt='path-include=/usr/share/doc/*/copyright' \
+  --dpkgopt='path-exclude=/usr/share/info/*' \
+  --dpkgopt='path-exclude=/usr/share/locale/*' \
+  --dpkgopt='path-include=/usr/share/locale/locale.alias' \
+  --dpkgopt='path-exclude=/usr/share/lintian/*' \
+  --customize-hook='install -m 0755 "'"$agent"'" "$1/usr/sbin/torpor-agent"' \
+  --customize-hook='echo torpor > "$1/etc/hostname"' \
+  --customize-hook='printf "127.0.0.1\tlocalhost\n127.0.1.1\ttorpor\n::1\tlocalhost ip6-localhost ip6-loopback\n" > "$1/etc/hosts"' \
+  --customize-hook='grep -q "^nobody:" "$1/etc/passwd" || chroot "$1" useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin nobody' \
+  --customize-hook='chroot "$1" dpkg-query -W -f="\${Package} \${Version}\n" > "$1/.packages.txt"' \
+  "$suite" "$tree" "${sources[@]}"
+
+mv "$tree/.packages.txt" "$out/packages.txt"
+grep -q '^nobody:' "$tree/etc/passwd" || { echo "build.sh: no nobody user in the image" >&2; exit 1; }
+
+echo "phase: mkfs.ext4"
+tree_bytes=$(du -sb "$tree" | cut -f1)
+# Headroom: half the tree again plus 256 MiB for the user's files; sparse, so
+# the unused part costs no disk until written.
+size_mib=$(( (tree_bytes * 3 / 2) / 1048576 + 256 ))
+image=$out/rootfs.ext4
+truncate -s "${size_mib}M" "$image.tmp"
+mkfs.ext4 -q -F -d "$tree" -b 4096 -m 0 -L torpor-root "$image.tmp"
+mv "$image.tmp" "$image"
+echo "phase: done tree ${tree_bytes} bytes, image ${size_mib} MiB ($(du -k "$image" | cut -f1) KiB used)"

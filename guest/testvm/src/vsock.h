@@ -1,0 +1,22 @@
+/* virtio-vsock driver: accepts host-initiated stream connections on the echo port
+ * (7: bytes come back as they are) and the agent port (1024: the protocol responder
+ * of responder.h). rx, tx and event queues; credit flow control; transport reset. */
+#ifndef TESTVM_VSOCK_H
+#define TESTVM_VSOCK_H
+
+#include <stdint.h>
+
+#include "virtio.h"
+
+#define VSOCK_ECHO_PORT 7u
+#define VSOCK_AGENT_PORT 1024u
+
+const char *vsock_init(struct virtio_dev *d, int polled);
+/* Handles whatever the device completed; called from the main loop. */
+void vsock_poll(void);
+/* 1 while the driver has work it could do now (e.g. echo bytes waiting on credit). */
+int vsock_busy(void);
+/* One `vsock=` line with the driver's counters. */
+void vsock_report(void);
+
+#endif

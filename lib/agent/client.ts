@@ -1,0 +1,297 @@
+// AgentClient: one session with a torpor agent over any Duplex byte stream (a Unix socket to the
+// agent on the host, or a vsock socket into a VM). Multiplexes requests as streams, keeps request
+// ids, and, when given a way to dial again, survives a transport reset by re-asking what was in
+// flight (the agent remembers request ids, so nothing runs twice).
+import { randomBytes } from 'node:crypto';
+import type { Duplex } from 'node:stream';
+
+import { TorporError } from '../errors.js';
+import { Connection, type AgentHello } from './connection.js';
+import type { Fields, FieldWriter } from './fields.js';
+import type { Frame } from './frame.js';
+import { Feature } from './protocol.js';
+import { RequestStream, requestName, type StreamHandler, type StreamHost } from './stream.js';
+
+export type Dial = () => Promise<Duplex>;
+
+export interface RequestOptions {
+  /** Frame flags of the request frame (END: e.g. STDIN that closes stdin). */
+  flags?: number;
+  /** Ask under this request id instead of a fresh one (re-asking a request from another session). */
+  requestId?: bigint;
+}
+
+export interface AgentClientOptions {
+  /** Sent in HELLO. */
+  name?: string;
+  /** How long to wait for the agent's HELLO (default 10 s). */
+  helloTimeoutMs?: number;
+  /** Dial again after an unexpected close and re-ask in-flight requests (needs a Dial). */
+  reconnect?: boolean | { attempts?: number; delayMs?: number };
+}
+
+const CLIENT_NAME = 'torpor-js/0.1.0';
+/** How long a re-asked request whose work is still running waits before asking again. */
+const PENDING_RETRY_MS = 20;
+
+export class AgentClient {
+  private conn: Connection | null = null;
+  private readonly streams = new Map<number, RequestStream>();
+  private readonly live = new Set<RequestStream>();
+  private nextStreamId = 1;
+  private readonly requestHigh = BigInt(randomBytes(4).readUInt32LE()) << 32n;
+  private requestCounter = 0n;
+  private closedByUser = false;
+  private reconnecting: Promise<void> | null = null;
+  private lastError: TorporError | undefined;
+  private helloInfo!: AgentHello;
+  private readonly closeListeners = new Set<(err: TorporError | undefined) => void>();
+  /** Number of successful reconnects (tests and diagnostics). */
+  reconnects = 0;
+
+  private constructor(
+    private readonly dial: Dial | null,
+    private readonly opts: AgentClientOptions,
+  ) {}
+
+  /** Connects over `transport` (or a function that opens one) and performs HELLO. */
+  static async connect(transport: Duplex | Dial, opts: AgentClientOptions = {}): Promise<AgentClient> {
+    const dial = typeof transport === 'function' ? transport : null;
+    const client = new AgentClient(dial, opts);
+    client.conn = await client.attach(typeof transport === 'function' ? await transport() : transport);
+    return client;
+  }
+
+  get hello(): AgentHello {
+    return this.helloInfo;
+  }
+
+  /** Whether both sides announced a feature. */
+  supports(feature: keyof typeof Feature): boolean {
+    return (this.helloInfo.features & Feature[feature]) !== 0n;
+  }
+
+  get closed(): boolean {
+    return this.closedByUser || (this.conn === null && this.reconnecting === null);
+  }
+
+  /** Registers a listener called once when the client is closed for good. */
+  onClose(listener: (err: TorporError | undefined) => void): () => void {
+    this.closeListeners.add(listener);
+    return () => this.closeListeners.delete(listener);
+  }
+
+  /** PING round trip in milliseconds (fractional). */
+  async ping(timeoutMs = 5000): Promise<number> {
+    const conn = await this.connection_();
+    const ns = await conn.ping(timeoutMs);
+    return Number(ns) / 1e6;
+  }
+
+  /** Opens a request stream; the handler sees every answer frame. */
+  open(type: number, fields: FieldWriter, handler: StreamHandler, opts: RequestOptions = {}): RequestStream {
+    if (this.closedByUser) throw new TorporError('CONNECTION_CLOSED', 'the agent client is closed');
+    if (this.conn === null && this.reconnecting === null) {
+      throw this.lastError ?? new TorporError('CONNECTION_CLOSED', 'the agent connection is closed');
+    }
+    const stream = new RequestStream(this.host, type, fields, handler, opts.flags ?? 0, opts.requestId);
+    this.live.add(stream);
+    stream.issue();
+    return stream;
+  }
+
+  /** A request with one answer (OK, or ERR thrown as a TorporError). A re-asked request whose
+   *  work is still running (`pending`) is asked again until it has an answer. */
+  call(type: number, fields: FieldWriter, opts: RequestOptions & { timeoutMs?: number } = {}): Promise<Fields> {
+    return new Promise<Fields>((resolve, reject) => {
+      let timer: NodeJS.Timeout | undefined;
+      const settle = (fn: () => void) => {
+        if (timer) clearTimeout(timer);
+        fn();
+      };
+      const stream = this.open(
+        type,
+        fields,
+        {
+          onFrame: (_type, _flags, answer, s) => {
+            if (answer.bool('pending')) {
+              setTimeout(() => s.askAgain(), PENDING_RETRY_MS);
+              return;
+            }
+            if (!s.done) s.cancel();
+            settle(() => resolve(answer));
+          },
+          onError: (err) => settle(() => reject(err)),
+          reissue: () => ({ type, fields, sameRequestId: true }),
+        },
+        opts,
+      );
+      if (opts.timeoutMs) {
+        timer = setTimeout(() => {
+          stream.cancel();
+          reject(new TorporError('TIMEOUT', `${requestName(type)} got no answer within ${opts.timeoutMs} ms`));
+        }, opts.timeoutMs);
+      }
+    });
+  }
+
+  /** Drops the current transport and dials again, re-asking every in-flight request. */
+  async reconnect(): Promise<void> {
+    if (!this.dial) throw new TorporError('INVALID_STATE', 'this agent client was given a socket, not a way to dial again');
+    const old = this.conn;
+    this.conn = null;
+    old?.close();
+    await this.startReconnect();
+  }
+
+  /** Writes raw bytes on the transport (tests: hostile frames). */
+  sendRaw(bytes: Buffer): void {
+    this.conn?.sendRaw(bytes);
+  }
+
+  /** Closes the session: in-flight requests fail with CONNECTION_CLOSED; processes keep running. */
+  async close(): Promise<void> {
+    if (this.closedByUser) return;
+    this.closedByUser = true;
+    const conn = this.conn;
+    this.conn = null;
+    conn?.close();
+    this.failAll(new TorporError('CONNECTION_CLOSED', 'the agent client was closed'));
+    this.emitClose(undefined);
+  }
+
+  // ---- internals ----
+
+  private readonly host: StreamHost = {
+    connection: () => (this.conn && !this.conn.isClosed ? this.conn : null),
+    register: (stream) => {
+      const id = this.nextStreamId;
+      this.nextStreamId += 2;
+      if (this.nextStreamId > 0xffffffff) this.nextStreamId = 1; // practically unreachable
+      this.streams.set(id, stream);
+      return id;
+    },
+    unregister: (stream) => {
+      if (this.streams.get(stream.id) === stream) this.streams.delete(stream.id);
+      if (stream.done) this.live.delete(stream);
+    },
+    newRequestId: () => {
+      this.requestCounter = (this.requestCounter + 1n) & 0xffffffffn;
+      return this.requestHigh | this.requestCounter;
+    },
+  };
+
+  private async connection_(): Promise<Connection> {
+    if (this.reconnecting) await this.reconnecting;
+    if (this.conn && !this.conn.isClosed) return this.conn;
+    throw this.lastError ?? new TorporError('CONNECTION_CLOSED', 'the agent connection is closed');
+  }
+
+  /** Opens a Connection and performs HELLO; the caller installs it as `this.conn`. */
+  private async attach(socket: Duplex): Promise<Connection> {
+    // The close callback needs the connection object, which exists only once open() returns;
+    // a close during the handshake is reported by open()'s rejection instead.
+    let ref: Connection | null = null;
+    const { connection, hello } = await Connection.open(
+      socket,
+      {
+        onFrame: (frame) => this.route(frame),
+        onClose: (err, byGoaway) => this.connectionClosed(ref, err, byGoaway),
+      },
+      { name: this.opts.name ?? CLIENT_NAME, timeoutMs: this.opts.helloTimeoutMs ?? 10_000 },
+    );
+    ref = connection;
+    if (connection.isClosed) throw this.lastError ?? new TorporError('CONNECTION_CLOSED', 'the agent closed the connection');
+    if (this.helloInfo) {
+      // The agent may have changed under us (a restored VM): keep only what both had.
+      hello.features &= this.helloInfo.features;
+    }
+    this.helloInfo = hello;
+    return connection;
+  }
+
+  private route(frame: Frame): void {
+    const stream = this.streams.get(frame.stream);
+    // Frames for a stream we cancelled or finished are dropped: they were in flight.
+    if (stream) stream.receive(frame.type, frame.flags, frame.payload);
+  }
+
+  private connectionClosed(which: Connection | null, err: TorporError | undefined, byGoaway: boolean): void {
+    if (which === null || which !== this.conn) return; // a handshake failure, or a connection we replaced
+    this.conn = null;
+    if (this.closedByUser) return;
+    this.lastError = err;
+    const policy = this.opts.reconnect;
+    const mayReconnect = this.dial !== null && policy && !byGoaway && err?.code !== 'PROTOCOL_ERROR';
+    if (mayReconnect) {
+      void this.startReconnect().catch(() => undefined);
+      return;
+    }
+    this.failAll(err ?? new TorporError('CONNECTION_CLOSED', 'the agent connection was closed'));
+    this.emitClose(err);
+  }
+
+  private startReconnect(): Promise<void> {
+    if (this.reconnecting) return this.reconnecting;
+    const policy = typeof this.opts.reconnect === 'object' ? this.opts.reconnect : {};
+    const attempts = policy.attempts ?? 50;
+    const delayMs = policy.delayMs ?? 20;
+    this.reconnecting = (async () => {
+      let lastErr: unknown;
+      for (let i = 0; i < attempts && !this.closedByUser; i++) {
+        try {
+          const conn = await this.attach(await this.dial!());
+          if (this.closedByUser) {
+            conn.close();
+            return;
+          }
+          this.conn = conn;
+          this.reconnects++;
+          this.reissueAll();
+          return;
+        } catch (err) {
+          lastErr = err;
+          await new Promise((r) => setTimeout(r, delayMs * Math.min(1 + i, 10)));
+        }
+      }
+      const err = new TorporError(
+        'CONNECTION_CLOSED',
+        `could not reconnect to the agent after ${attempts} attempts: ${lastErr instanceof Error ? lastErr.message : String(lastErr)}`,
+        { cause: lastErr },
+      );
+      this.lastError = err;
+      this.failAll(err);
+      this.emitClose(err);
+      throw err;
+    })().finally(() => {
+      this.reconnecting = null;
+    });
+    return this.reconnecting;
+  }
+
+  private reissueAll(): void {
+    this.streams.clear();
+    for (const stream of [...this.live]) {
+      if (stream.done) {
+        this.live.delete(stream);
+        continue;
+      }
+      if (!stream.reissue()) {
+        stream.fail(new TorporError('CONNECTION_CLOSED', `the agent connection was reset during ${requestName(stream.type)}`));
+      }
+    }
+  }
+
+  private failAll(err: TorporError): void {
+    this.streams.clear();
+    const all = [...this.live];
+    this.live.clear();
+    for (const stream of all) stream.fail(err);
+  }
+
+  private emitClose(err: TorporError | undefined): void {
+    const listeners = [...this.closeListeners];
+    this.closeListeners.clear();
+    for (const l of listeners) l(err);
+  }
+}

@@ -1,0 +1,58 @@
+// `torpor` command line: setup, doctor, help.
+import { TorporError } from '../errors.js';
+import { runDoctor } from './doctor.js';
+import { runSetup } from './setup.js';
+
+export const USAGE = `usage: torpor <command> [options]
+
+commands:
+  setup [--kernel PATH] [--json] [--verify]
+      Build (once) and store what Linux sandboxes boot from: the guest kernel,
+      the base root filesystem (Debian bookworm, needs root) and the guest agent.
+      --kernel PATH  use this kernel instead of building ours (vmlinux ELF or a
+                     64-bit bzImage); remembered for later runs. TORPOR_KERNEL=PATH
+                     does the same for one run.
+      --json         print {"kernel","rootfs","agent","host"} at the end
+      --verify       hash every stored artifact in full (default: size, mtime, header)
+  doctor
+      Report what this host offers: /dev/kvm, KVM capabilities, hardware or PVM.
+  --help
+      This text.
+
+environment:
+  TORPOR_HOME     where artifacts, templates and sandboxes live
+                  (default $XDG_DATA_HOME/torpor or ~/.local/share/torpor)
+  TORPOR_KERNEL   a guest kernel to use instead of ours (required for Linux guests on PVM hosts)
+`;
+
+export async function main(argv: string[]): Promise<number> {
+  const [command, ...rest] = argv;
+  try {
+    switch (command) {
+      case 'setup':
+        return await runSetup(rest);
+      case 'doctor':
+        return await runDoctor(rest);
+      case undefined:
+      case '--help':
+      case '-h':
+      case 'help':
+        process.stdout.write(USAGE);
+        return command === undefined ? 2 : 0;
+      default:
+        process.stderr.write(`torpor: unknown command '${command}'\n\n${USAGE}`);
+        return 2;
+    }
+  } catch (err) {
+    if (err instanceof TorporError) {
+      process.stderr.write(`torpor: ${err.code}: ${err.message}\n`);
+      return err.code === 'INVALID_ARGUMENT' ? 2 : 1;
+    }
+    throw err;
+  }
+}
+
+/** Entry point used by bin/torpor.js. */
+export async function run(argv: string[] = process.argv.slice(2)): Promise<void> {
+  process.exitCode = await main(argv);
+}

@@ -1,0 +1,48 @@
+// `torpor setup`: build what is missing, report each phase, print the paths.
+import { parseArgs } from 'node:util';
+
+import { InvalidArgumentError } from '../errors.js';
+import { ensureArtifacts } from '../setup/artifacts.js';
+import { streamProgress } from '../setup/progress.js';
+
+export async function runSetup(argv: string[]): Promise<number> {
+  let values;
+  try {
+    ({ values } = parseArgs({
+      args: argv,
+      options: {
+        kernel: { type: 'string' },
+        json: { type: 'boolean', default: false },
+        verify: { type: 'boolean', default: false },
+      },
+      strict: true,
+      allowPositionals: false,
+    }));
+  } catch (err) {
+    throw new InvalidArgumentError(`${(err as Error).message} (see torpor --help)`);
+  }
+  const started = Date.now();
+  // Progress goes to stderr so --json leaves stdout machine-readable.
+  const report = await ensureArtifacts({
+    kernel: values.kernel,
+    recordKernel: values.kernel !== undefined,
+    verify: values.verify,
+    onProgress: streamProgress(process.stderr),
+  });
+  for (const note of report.notes) process.stderr.write(`note: ${note}\n`);
+  const seconds = ((Date.now() - started) / 1000).toFixed(2);
+  if (values.json) {
+    const { kernel, rootfs, agent, host } = report;
+    process.stdout.write(JSON.stringify({ kernel, rootfs, agent, host }, null, 2) + '\n');
+  } else {
+    const what = report.built.length ? `built ${report.built.join(', ')}` : 'nothing to build';
+    process.stdout.write(
+      `kernel  ${report.kernel} (${report.kernelOrigin}, ${report.kernelFormat})\n` +
+        `rootfs  ${report.rootfs}\n` +
+        `agent   ${report.agent}\n` +
+        `host    ${report.host}${report.linuxBootable ? '' : ' (Linux guests need TORPOR_KERNEL here; see the note above)'}\n` +
+        `setup: ${what} in ${seconds} s\n`,
+    );
+  }
+  return 0;
+}

@@ -1,0 +1,166 @@
+// CommandHandle: a running (or finished) process seen through one ExecSession. Output is decoded
+// as UTF-8 per stream (a character split across frames is kept whole) and kept for wait().
+import { StringDecoder } from 'node:string_decoder';
+import { constants } from 'node:os';
+
+import { CommandExitError, TimeoutError, TorporError } from '../errors.js';
+import type { ExecSession, ExitInfo } from '../agent/exec.js';
+
+export interface CommandResult {
+  exitCode: number;
+  stdout: string;
+  stderr: string;
+  /** Set when the process was killed by a signal (e.g. 'SIGKILL'). */
+  signal?: string;
+  /** Set when the process was killed because it ran past `timeoutMs`. */
+  timedOut?: boolean;
+}
+
+export interface OutputCallbacks {
+  onStdout?: (data: string) => void | Promise<void>;
+  onStderr?: (data: string) => void | Promise<void>;
+}
+
+/** What a CommandHandle needs from its Commands owner (signals and stdin go by pid). */
+export interface ProcessControl {
+  kill(pid: number, signal?: NodeJS.Signals | number): Promise<boolean>;
+  sendStdin(pid: number, data: string | Uint8Array): Promise<void>;
+  closeStdin(pid: number): Promise<void>;
+}
+
+const signalNames = new Map<number, string>(Object.entries(constants.signals).map(([name, n]) => [n as number, name]));
+export function signalName(n: number): string {
+  return signalNames.get(n) ?? `signal ${n}`;
+}
+
+/** Collects one output stream: decoded incrementally, kept as chunks, joined on demand. */
+export class OutputBuffer {
+  private readonly decoder = new StringDecoder('utf8');
+  private chunks: string[] = [];
+  private joined: string | null = '';
+
+  constructor(private readonly keep: boolean) {}
+
+  push(data: Buffer): string {
+    const text = this.decoder.write(data);
+    if (this.keep && text) {
+      this.chunks.push(text);
+      this.joined = null;
+    }
+    return text;
+  }
+  finish(): string {
+    const rest = this.decoder.end();
+    if (this.keep && rest) {
+      this.chunks.push(rest);
+      this.joined = null;
+    }
+    return rest;
+  }
+  get text(): string {
+    if (this.joined === null) {
+      this.joined = this.chunks.join('');
+      this.chunks = [this.joined];
+    }
+    return this.joined;
+  }
+}
+
+export class CommandHandle {
+  readonly pid: number;
+  private readonly out: OutputBuffer;
+  private readonly err: OutputBuffer;
+  private exit: ExitInfo | undefined;
+  private readonly result: Promise<CommandResult>;
+
+  /** @internal built by Commands */
+  constructor(
+    pid: number,
+    private readonly session: ExecSession,
+    private readonly control: ProcessControl,
+    private readonly label: string,
+    private readonly throwOnError: boolean,
+    outputs: { out: OutputBuffer; err: OutputBuffer },
+  ) {
+    this.pid = pid;
+    this.out = outputs.out;
+    this.err = outputs.err;
+    this.result = session.exited.then((info) => {
+      this.exit = info;
+      this.out.finish();
+      this.err.finish();
+      return this.toResult(info);
+    });
+    this.result.catch(() => undefined);
+  }
+
+  /** Output received so far. */
+  get stdout(): string {
+    return this.out.text;
+  }
+  get stderr(): string {
+    return this.err.text;
+  }
+  /** undefined while the process runs. */
+  get exitCode(): number | undefined {
+    return this.exit?.exitCode;
+  }
+  /** Byte offsets of the next stdout / stderr byte this handle would receive: pass them as
+   *  `commands.connect(pid, { fromOffset })` to continue with no gap and no duplicate. */
+  get offsets(): { stdout: number; stderr: number } {
+    return { stdout: this.session.stdoutOffset, stderr: this.session.stderrOffset };
+  }
+
+  /** Waits for the process to end. Throws CommandExitError on a non-zero exit (unless the command
+   *  was started with `throwOnError: false`) and TimeoutError when it ran past `timeoutMs`. */
+  async wait(): Promise<CommandResult> {
+    const result = await this.result;
+    if (result.timedOut) {
+      const err = new TimeoutError(
+        `${this.label} ran past its timeout and was killed. Raise timeoutMs (0 = none) or run it with background: true.`,
+      );
+      Object.assign(err, { stdout: result.stdout, stderr: result.stderr });
+      throw err;
+    }
+    if (result.exitCode !== 0 && this.throwOnError) {
+      const r: { exitCode: number; stdout: string; stderr: string; signal?: string } = {
+        exitCode: result.exitCode,
+        stdout: result.stdout,
+        stderr: result.stderr,
+      };
+      if (result.signal) r.signal = result.signal;
+      throw new CommandExitError(r, this.label);
+    }
+    return result;
+  }
+
+  /** Sends SIGKILL (or `signal`) to the process group. false when the process is already gone. */
+  kill(signal: NodeJS.Signals | number = 'SIGKILL'): Promise<boolean> {
+    return this.control.kill(this.pid, signal);
+  }
+  sendStdin(data: string | Uint8Array): Promise<void> {
+    return this.control.sendStdin(this.pid, data);
+  }
+  closeStdin(): Promise<void> {
+    return this.control.closeStdin(this.pid);
+  }
+
+  /** Stops receiving output; the process keeps running (reattach with commands.connect). */
+  async disconnect(): Promise<void> {
+    this.session.detach();
+  }
+
+  private toResult(info: ExitInfo): CommandResult {
+    const r: CommandResult = { exitCode: info.exitCode, stdout: this.out.text, stderr: this.err.text };
+    if (info.signal) {
+      r.signal = signalName(info.signal);
+      if (info.exitCode === -1 || info.exitCode === 0) r.exitCode = 128 + info.signal;
+    }
+    if (info.timedOut) r.timedOut = true;
+    return r;
+  }
+}
+
+export function isProcessGone(err: unknown): boolean {
+  return err instanceof TorporError && (err.code as string) === 'PROCESS_NOT_FOUND';
+}

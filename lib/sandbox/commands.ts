@@ -1,0 +1,297 @@
+// sbx.commands: run processes in the guest (E2B's words: run, list, connect, sendStdin, kill).
+//
+// The command is either a string, run with `/bin/bash -lc`, or an argv array, executed directly
+// with no shell (faster, and no quoting):
+//   await sbx.commands.run('echo $HOME | wc -c')
+//   await sbx.commands.run(['python3', '-c', 'print(1+1)'])
+import { constants } from 'node:os';
+
+import { TorporError } from '../errors.js';
+import type { AgentClient } from '../agent/client.js';
+import { ExecSession, type ExecRequest } from '../agent/exec.js';
+import { FieldWriter } from '../agent/fields.js';
+import { FLAG_END, FrameType } from '../agent/protocol.js';
+import {
+  CommandHandle,
+  OutputBuffer,
+  isProcessGone,
+  type CommandResult,
+  type OutputCallbacks,
+  type ProcessControl,
+} from './command-handle.js';
+import {
+  U32_MAX,
+  checkBool,
+  checkEnvs,
+  checkFunction,
+  checkInt,
+  checkKnownKeys,
+  checkObject,
+  checkString,
+  fail,
+} from './validate.js';
+
+export type { CommandResult } from './command-handle.js';
+export { CommandHandle } from './command-handle.js';
+
+export interface CommandStartOpts extends OutputCallbacks {
+  /** Return a CommandHandle at once instead of waiting for the exit. */
+  background?: boolean;
+  cwd?: string;
+  /** User name in the guest's /etc/passwd (uid, gid, groups and HOME follow). Default: the agent's user (root). */
+  user?: string;
+  envs?: Record<string, string>;
+  /** true: keep stdin open for sendStdin()/closeStdin(). A string or bytes: written to stdin, then closed. */
+  stdin?: boolean | string | Uint8Array;
+  /** Kill the process group after this long; 0 = never. Default 60 s in the foreground, none in the background. */
+  timeoutMs?: number;
+  /** Throw CommandExitError on a non-zero exit (default true). */
+  throwOnError?: boolean;
+  /** A label shown in commands.list(). */
+  tag?: string;
+}
+
+export interface ProcessInfo {
+  pid: number;
+  tag?: string;
+  /** The program: argv[0], or '/bin/bash' for a shell string. */
+  cmd: string;
+  args: string[];
+  envs: Record<string, string>;
+  cwd?: string;
+  running: boolean;
+  exitCode?: number;
+}
+
+export interface CommandConnectOpts extends OutputCallbacks {
+  /** Where output replay starts: a stdout byte offset, or both offsets (a handle's `offsets`).
+   *  Default: the oldest output the agent still keeps. */
+  fromOffset?: number | { stdout?: number; stderr?: number };
+  throwOnError?: boolean;
+}
+
+const RUN_KEYS = ['background', 'cwd', 'user', 'envs', 'stdin', 'timeoutMs', 'throwOnError', 'tag', 'onStdout', 'onStderr'] as const;
+const DEFAULT_FOREGROUND_TIMEOUT_MS = 60_000;
+const STDIN_CHUNK = 64 * 1024;
+
+/** Settings every command of a sandbox inherits (a command's own options win). */
+export interface CommandDefaults {
+  envs?: Record<string, string>;
+}
+
+export class Commands implements ProcessControl {
+  /** @internal */
+  constructor(
+    private readonly client: () => AgentClient,
+    private readonly defaults: CommandDefaults = {},
+  ) {}
+
+  run(cmd: string | string[], opts: CommandStartOpts & { background: true }): Promise<CommandHandle>;
+  run(cmd: string | string[], opts?: CommandStartOpts & { background?: false }): Promise<CommandResult>;
+  run(cmd: string | string[], opts?: CommandStartOpts): Promise<CommandResult | CommandHandle>;
+  async run(cmd: string | string[], opts: CommandStartOpts = {}): Promise<CommandResult | CommandHandle> {
+    const request = toExecRequest(cmd, opts);
+    if (this.defaults.envs) request.envs = { ...this.defaults.envs, ...(request.envs ?? {}) };
+    const label = Array.isArray(cmd) ? cmd.join(' ') : cmd;
+    const handle = await this.start(request, opts, label);
+    if (typeof opts.stdin === 'string' || opts.stdin instanceof Uint8Array) {
+      await this.sendStdin(handle.pid, opts.stdin);
+      await this.closeStdin(handle.pid);
+    }
+    if (opts.background) return handle;
+    return handle.wait();
+  }
+
+  /** Processes the agent knows: running ones and recently ended ones. */
+  async list(): Promise<ProcessInfo[]> {
+    const answer = await this.client().call(FrameType.PROC_LIST, new FieldWriter());
+    return answer.nested('entry').map((e) => {
+      const argv = e.strs('arg');
+      const shell = e.str('shell');
+      const envs: Record<string, string> = {};
+      for (const kv of e.strs('env')) {
+        const i = kv.indexOf('=');
+        if (i > 0) envs[kv.slice(0, i)] = kv.slice(i + 1);
+      }
+      const info: ProcessInfo = {
+        pid: e.u32('pid') ?? 0,
+        cmd: shell !== undefined ? '/bin/bash' : (argv[0] ?? ''),
+        args: shell !== undefined ? ['-l', '-c', shell] : argv.slice(1),
+        envs,
+        running: e.bool('running') ?? false,
+      };
+      const tag = e.str('tag');
+      if (tag) info.tag = tag;
+      const cwd = e.str('path');
+      if (cwd) info.cwd = cwd;
+      const exitCode = e.i32('exit_code');
+      if (exitCode !== undefined && !info.running) info.exitCode = exitCode;
+      return info;
+    });
+  }
+
+  /** Reattaches to a process (running or recently ended), replaying kept output from an offset.
+   *  Throws OUTPUT_LOST when that offset is older than what the agent kept. */
+  async connect(pid: number, opts: CommandConnectOpts = {}): Promise<CommandHandle> {
+    checkInt('pid', pid, 1, U32_MAX);
+    checkObject('opts', opts);
+    checkFunction('opts.onStdout', opts.onStdout);
+    checkFunction('opts.onStderr', opts.onStderr);
+    let offsets: { stdout: number; stderr: number } | null = null;
+    if (typeof opts.fromOffset === 'number') {
+      checkInt('opts.fromOffset', opts.fromOffset, 0, Number.MAX_SAFE_INTEGER);
+      offsets = { stdout: opts.fromOffset, stderr: 0 };
+    } else if (opts.fromOffset !== undefined) {
+      checkObject('opts.fromOffset', opts.fromOffset);
+      checkInt('opts.fromOffset.stdout', opts.fromOffset.stdout, 0, Number.MAX_SAFE_INTEGER);
+      checkInt('opts.fromOffset.stderr', opts.fromOffset.stderr, 0, Number.MAX_SAFE_INTEGER);
+      offsets = { stdout: opts.fromOffset.stdout ?? 0, stderr: opts.fromOffset.stderr ?? 0 };
+    }
+    if (offsets) return this.attach(pid, offsets, opts);
+    // No offset asked for: everything from the start if the agent still has it, else from the
+    // oldest byte it kept (handle.offsets then says where the replay began).
+    try {
+      return await this.attach(pid, { stdout: 0, stderr: 0 }, opts);
+    } catch (err) {
+      if (!(err instanceof TorporError && err.code === 'OUTPUT_LOST')) throw err;
+    }
+    for (let attempt = 0; ; attempt++) {
+      const starts = await this.keptStarts(pid);
+      try {
+        return await this.attach(pid, starts, opts);
+      } catch (err) {
+        // The tail may move on between the two requests under heavy output: look again.
+        if (!(err instanceof TorporError && err.code === 'OUTPUT_LOST') || attempt >= 3) throw err;
+      }
+    }
+  }
+
+  private async attach(
+    pid: number,
+    offsets: { stdout: number; stderr: number },
+    opts: CommandConnectOpts,
+  ): Promise<CommandHandle> {
+    const out = new OutputBuffer(true);
+    const err = new OutputBuffer(true);
+    const session = ExecSession.attach(this.client(), pid, offsets, {
+      onStdout: (data) => deliver(opts.onStdout, out.push(data)),
+      onStderr: (data) => deliver(opts.onStderr, err.push(data)),
+    });
+    await session.started;
+    return new CommandHandle(pid, session, this, `process ${pid}`, opts.throwOnError ?? true, { out, err });
+  }
+
+  /** Where the kept stdout/stderr tails begin: an ATTACH from beyond the end is always
+   *  accepted and its STARTED reports stdout_start/stderr_start; it is then detached. */
+  private async keptStarts(pid: number): Promise<{ stdout: number; stderr: number }> {
+    const far = Number.MAX_SAFE_INTEGER;
+    const probe = ExecSession.attach(this.client(), pid, { stdout: far, stderr: far }, {});
+    try {
+      const s = await probe.started;
+      return { stdout: s.stdoutStart, stderr: s.stderrStart };
+    } finally {
+      probe.detach();
+    }
+  }
+
+  /** Writes to a process's stdin (the process must have been started with `stdin: true`). */
+  async sendStdin(pid: number, data: string | Uint8Array): Promise<void> {
+    checkInt('pid', pid, 1, U32_MAX);
+    const bytes = typeof data === 'string' ? Buffer.from(data, 'utf8') : data;
+    if (!(bytes instanceof Uint8Array)) fail('data', 'a string or a Uint8Array', data);
+    for (let pos = 0; pos < bytes.length || (pos === 0 && bytes.length === 0); pos += STDIN_CHUNK) {
+      const fw = new FieldWriter().u32('pid', pid).bytes('data', bytes.subarray(pos, pos + STDIN_CHUNK));
+      await this.client().call(FrameType.STDIN, fw);
+      if (bytes.length === 0) break;
+    }
+  }
+
+  /** Closes a process's stdin (it sees end of file). */
+  async closeStdin(pid: number): Promise<void> {
+    checkInt('pid', pid, 1, U32_MAX);
+    const fw = new FieldWriter().u32('pid', pid).bytes('data', new Uint8Array(0));
+    await this.client().call(FrameType.STDIN, fw, { flags: FLAG_END });
+  }
+
+  /** Signals a process group (SIGKILL by default). false when no such process is running. */
+  async kill(pid: number, signal: NodeJS.Signals | number = 'SIGKILL'): Promise<boolean> {
+    checkInt('pid', pid, 1, U32_MAX);
+    const num = typeof signal === 'number' ? signal : (constants.signals as Record<string, number>)[signal];
+    if (num === undefined || !Number.isInteger(num) || num < 1 || num > 64) fail('signal', 'a signal name or number', signal);
+    try {
+      await this.client().call(FrameType.PROC_SIGNAL, new FieldWriter().u32('pid', pid).u32('signal', num));
+      return true;
+    } catch (err) {
+      if (isProcessGone(err)) return false;
+      throw err;
+    }
+  }
+
+  /** @internal shared with Pty */
+  async start(
+    request: ExecRequest,
+    opts: OutputCallbacks & { throwOnError?: boolean; raw?: (data: Buffer) => void },
+    label: string,
+  ): Promise<CommandHandle> {
+    const out = new OutputBuffer(opts.raw === undefined);
+    const err = new OutputBuffer(opts.raw === undefined);
+    const session = ExecSession.exec(this.client(), request, {
+      onStdout: (data) => {
+        if (opts.raw) return opts.raw(data);
+        deliver(opts.onStdout, out.push(data));
+      },
+      onStderr: (data) => deliver(opts.onStderr, err.push(data)),
+    });
+    const started = await session.started;
+    return new CommandHandle(started.pid, session, this, label, opts.throwOnError ?? true, { out, err });
+  }
+}
+
+function deliver(cb: ((s: string) => void | Promise<void>) | undefined, text: string): void {
+  if (!cb || !text) return;
+  try {
+    const r = cb(text);
+    if (r && typeof (r as Promise<void>).catch === 'function') (r as Promise<void>).catch(() => undefined);
+  } catch {
+    // A throwing user callback must not tear down the stream that feeds every other consumer.
+  }
+}
+
+export function toExecRequest(cmd: string | string[], opts: CommandStartOpts): ExecRequest {
+  checkObject('opts', opts);
+  checkKnownKeys('opts', opts, RUN_KEYS);
+  const req: ExecRequest = {};
+  if (typeof cmd === 'string') {
+    if (cmd.trim().length === 0) fail('cmd', 'a non-empty command string or argv array', cmd);
+    checkString('cmd', cmd);
+    req.shell = cmd;
+  } else if (Array.isArray(cmd)) {
+    if (cmd.length === 0) fail('cmd', 'a non-empty argv array', '[]');
+    cmd.forEach((a, i) => checkString(`cmd[${i}]`, a));
+    if (cmd[0] === '') fail('cmd[0]', 'a program name or path', '');
+    req.argv = [...cmd];
+  } else {
+    fail('cmd', 'a command string or an argv array', cmd);
+  }
+  checkBool('opts.background', opts.background);
+  checkString('opts.cwd', opts.cwd, { nonEmpty: true });
+  checkString('opts.user', opts.user, { nonEmpty: true });
+  checkEnvs('opts.envs', opts.envs);
+  checkInt('opts.timeoutMs', opts.timeoutMs, 0, U32_MAX);
+  checkBool('opts.throwOnError', opts.throwOnError);
+  checkString('opts.tag', opts.tag);
+  if (opts.tag !== undefined && Buffer.byteLength(opts.tag) > 256) fail('opts.tag', 'at most 256 bytes', opts.tag);
+  checkFunction('opts.onStdout', opts.onStdout);
+  checkFunction('opts.onStderr', opts.onStderr);
+  if (opts.stdin !== undefined && typeof opts.stdin !== 'boolean' && typeof opts.stdin !== 'string' && !(opts.stdin instanceof Uint8Array)) {
+    fail('opts.stdin', 'a boolean, a string or a Uint8Array', opts.stdin);
+  }
+  if (opts.cwd !== undefined) req.cwd = opts.cwd;
+  if (opts.user !== undefined) req.user = opts.user;
+  if (opts.envs) req.envs = opts.envs;
+  if (opts.tag !== undefined) req.tag = opts.tag;
+  if (opts.stdin !== undefined && opts.stdin !== false) req.stdin = true;
+  const timeout = opts.timeoutMs ?? (opts.background ? 0 : DEFAULT_FOREGROUND_TIMEOUT_MS);
+  if (timeout) req.timeoutMs = timeout;
+  return req;
+}

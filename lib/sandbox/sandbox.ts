@@ -1,0 +1,219 @@
+// Sandbox: a Linux microVM whose guest agent runs commands and moves files.
+//
+//   await using sbx = await Sandbox.create()
+//   const r = await sbx.commands.run(['python3', '-c', 'print(6*7)'])
+//
+// create(): validate options -> check this host can boot a Linux guest -> ensureArtifacts()
+// (kernel, root filesystem with the agent as /usr/sbin/torpor-agent) -> a directory under
+// TORPOR_HOME/sandboxes/<id>/ (meta.json, the disk overlay, console.log) -> a Machine with the
+// root filesystem as /dev/vda -> the agent's readiness line -> vsock port 1024 -> HELLO.
+import { randomBytes } from 'node:crypto';
+import { existsSync } from 'node:fs';
+import { mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+
+import { KvmUnavailableError, TemplateNotFoundError, TorporError } from '../errors.js';
+import { AgentClient } from '../agent/client.js';
+import { homeLayout, torporHome } from '../store/home.js';
+import { Machine } from '../vm/machine.js';
+import { createAgentApi } from './agent-api.js';
+import type { Commands } from './commands.js';
+import type { Files } from './files.js';
+import type { Pty } from './pty.js';
+import { checkEnvs, checkInt, checkKnownKeys, checkObject, checkString, fail } from './validate.js';
+
+export interface SandboxOpts {
+  /** Template name; only the built-in 'base' exists so far. */
+  template?: string;
+  /** Default 2. */
+  vcpus?: number;
+  /** Default 512. */
+  memoryMiB?: number;
+  /** Environment every command of this sandbox gets (a command's own envs win). */
+  envs?: Record<string, string>;
+  /** Your own labels, stored in meta.json. */
+  metadata?: Record<string, string>;
+  /** How the guest boots. */
+  boot?: {
+    /** Guest kernel instead of the stored one (default: $TORPOR_KERNEL, then setup's). */
+    kernel?: string;
+    /** Appended to the kernel command line. */
+    cmdlineExtra?: string;
+    /** How long to wait for the agent's readiness line (default 30 s; a PVM host is slower). */
+    timeoutMs?: number;
+  };
+  /** Kill the sandbox after this long (default: never). */
+  timeoutMs?: number;
+}
+
+export const GUEST_CMDLINE =
+  'console=ttyS0 reboot=k panic=1 pci=off nomodule 8250.nr_uarts=1 i8042.noaux i8042.nomux i8042.dumbkbd ' +
+  'acpi=off root=/dev/vda rw init=/usr/sbin/torpor-agent quiet';
+export const AGENT_VSOCK_PORT = 1024;
+const GUEST_CID = 3;
+const READY_LINE = /torpor-agent ready v1 /;
+
+const OPT_KEYS = ['template', 'vcpus', 'memoryMiB', 'envs', 'metadata', 'boot', 'timeoutMs'] as const;
+
+function validate(opts: SandboxOpts): void {
+  checkObject('opts', opts);
+  checkKnownKeys('opts', opts, OPT_KEYS);
+  checkString('opts.template', opts.template, { nonEmpty: true });
+  checkInt('opts.vcpus', opts.vcpus, 1, 64);
+  checkInt('opts.memoryMiB', opts.memoryMiB, 64, 256 * 1024);
+  checkEnvs('opts.envs', opts.envs);
+  checkEnvs('opts.metadata', opts.metadata);
+  checkInt('opts.timeoutMs', opts.timeoutMs, 1, 2 ** 31 - 1);
+  checkObject('opts.boot', opts.boot);
+  checkKnownKeys('opts.boot', opts.boot, ['kernel', 'cmdlineExtra', 'timeoutMs']);
+  checkString('opts.boot.kernel', opts.boot?.kernel, { nonEmpty: true });
+  checkString('opts.boot.cmdlineExtra', opts.boot?.cmdlineExtra);
+  checkInt('opts.boot.timeoutMs', opts.boot?.timeoutMs, 1, 2 ** 31 - 1);
+  if (opts.boot?.kernel !== undefined && !existsSync(opts.boot.kernel)) fail('opts.boot.kernel', 'an existing file', opts.boot.kernel);
+}
+
+/** Whether this host can boot a Linux guest, and if not, exactly why and what to do. */
+export async function linuxGuestSupport(kernelOverride?: string): Promise<{ ok: true } | { ok: false; reason: string }> {
+  const { detectHost } = await import('../setup/host.js');
+  const host = await detectHost();
+  if (!host.kvm) {
+    return { ok: false, reason: '/dev/kvm does not exist: this host has no KVM. Run torpor on a Linux host with KVM enabled (`torpor doctor` says what is missing).' };
+  }
+  if (host.kind === 'pvm' && !kernelOverride && !process.env.TORPOR_KERNEL && !(await recordedKernel())) {
+    const { PVM_KERNEL_NOTE } = await import('../setup/artifacts.js');
+    return { ok: false, reason: PVM_KERNEL_NOTE };
+  }
+  return { ok: true };
+}
+
+async function recordedKernel(): Promise<boolean> {
+  try {
+    const record = JSON.parse(await readFile(homeLayout(torporHome()).setupRecord, 'utf8')) as { kernel?: { source?: string } };
+    return typeof record.kernel?.source === 'string';
+  } catch {
+    return false;
+  }
+}
+
+export class Sandbox implements AsyncDisposable {
+  readonly id: string;
+  readonly commands: Commands;
+  readonly files: Files;
+  readonly pty: Pty;
+  private killed = false;
+  private lifetimeTimer: NodeJS.Timeout | undefined;
+
+  private constructor(
+    id: string,
+    private readonly dir: string,
+    private readonly machine: Machine,
+    private readonly client: AgentClient,
+    envs: Record<string, string> | undefined,
+  ) {
+    this.id = id;
+    const api = createAgentApi(() => this.client, envs ? { envs } : {});
+    this.commands = api.commands;
+    this.files = api.files;
+    this.pty = api.pty;
+  }
+
+  static async create(opts: SandboxOpts = {}): Promise<Sandbox> {
+    validate(opts);
+    const template = opts.template ?? 'base';
+    if (template !== 'base') {
+      throw new TemplateNotFoundError(`no template named ${JSON.stringify(template)}; only 'base' exists so far`);
+    }
+    const support = await linuxGuestSupport(opts.boot?.kernel);
+    if (!support.ok) throw new KvmUnavailableError(`cannot start a Linux sandbox on this host: ${support.reason}`);
+
+    const { ensureArtifacts } = await import('../setup/artifacts.js');
+    const artifacts = await ensureArtifacts(opts.boot?.kernel ? { kernel: opts.boot.kernel } : {});
+    if (!artifacts.linuxBootable) {
+      throw new KvmUnavailableError(`cannot start a Linux sandbox on this host: ${artifacts.notes.join(' ')}`);
+    }
+
+    const id = `sbx_${randomBytes(8).toString('hex')}`;
+    const dir = join(homeLayout(torporHome()).sandboxes, id);
+    await mkdir(dir, { recursive: true });
+    const meta = {
+      id,
+      template,
+      createdAt: new Date().toISOString(),
+      vcpus: opts.vcpus ?? 2,
+      memoryMiB: opts.memoryMiB ?? 512,
+      metadata: opts.metadata ?? {},
+      envs: opts.envs ?? {},
+      kernel: artifacts.kernel,
+      rootfs: artifacts.rootfs,
+      ownerPid: process.pid,
+      state: 'starting',
+    };
+    await writeMeta(dir, meta);
+
+    let machine: Machine | undefined;
+    try {
+      machine = Machine.create({
+        kernel: artifacts.kernel,
+        cmdline: opts.boot?.cmdlineExtra ? `${GUEST_CMDLINE} ${opts.boot.cmdlineExtra}` : GUEST_CMDLINE,
+        vcpus: meta.vcpus,
+        memoryMiB: meta.memoryMiB,
+        disks: [{ base: artifacts.rootfs, overlay: join(dir, 'overlay') }],
+        vsockCid: GUEST_CID,
+        consoleLog: join(dir, 'console.log'),
+      });
+      await machine.start();
+      const bootTimeout = opts.boot?.timeoutMs ?? 30_000;
+      try {
+        await machine.waitForConsole(READY_LINE, bootTimeout);
+      } catch (err) {
+        throw new TorporError(
+          'BOOT_FAILED',
+          `the guest agent did not report ready within ${bootTimeout} ms. Last console output:\n${tailText(machine)}`,
+          { cause: err },
+        );
+      }
+      const m = machine;
+      const client = await AgentClient.connect(() => m.vsockConnect(AGENT_VSOCK_PORT), { reconnect: true });
+      const sbx = new Sandbox(id, dir, machine, client, opts.envs);
+      await writeMeta(dir, { ...meta, state: 'running' });
+      if (opts.timeoutMs) {
+        sbx.lifetimeTimer = setTimeout(() => void sbx.kill().catch(() => undefined), opts.timeoutMs);
+        sbx.lifetimeTimer.unref();
+      }
+      return sbx;
+    } catch (err) {
+      await machine?.stop().catch(() => undefined);
+      await rm(dir, { recursive: true, force: true });
+      throw err;
+    }
+  }
+
+  /** The guest's recent console output (kernel messages, agent log lines). */
+  consoleLog(): string {
+    return tailText(this.machine);
+  }
+
+  /** Stops the machine and deletes the sandbox's files. Idempotent. */
+  async kill(): Promise<void> {
+    if (this.killed) return;
+    this.killed = true;
+    if (this.lifetimeTimer) clearTimeout(this.lifetimeTimer);
+    await this.client.close();
+    await this.machine.stop();
+    await rm(this.dir, { recursive: true, force: true });
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.kill();
+  }
+}
+
+function tailText(machine: Machine): string {
+  return machine.consoleTail().toString('utf8');
+}
+
+async function writeMeta(dir: string, meta: object): Promise<void> {
+  const tmp = join(dir, `meta.json.${process.pid}.tmp`);
+  await writeFile(tmp, JSON.stringify(meta, null, 2) + '\n');
+  await rename(tmp, join(dir, 'meta.json'));
+}

@@ -1,0 +1,59 @@
+// The agent phase: the guest agent (guest/agent, built by its own Makefile) as
+// a store artifact keyed by the binary's hash. The rootfs key includes that
+// hash, so a changed agent yields a new image.
+import { copyFile, chmod } from 'node:fs/promises';
+import { join } from 'node:path';
+
+import { TorporError } from '../errors.js';
+import { ensureArtifact, type ArtifactResult } from '../store/artifact.js';
+import { sha256File } from '../store/hash.js';
+import { agentDir } from './paths.js';
+import type { ProgressSink } from './progress.js';
+import { runScript } from './run-script.js';
+
+export interface AgentArtifact {
+  path: string;
+  sha256: string;
+  artifact: ArtifactResult;
+}
+
+/** Where `make -C guest/agent` puts the static guest binary. */
+export const AGENT_MAKE_OUTPUT = join(agentDir, 'out', 'torpor-agent-static');
+
+/**
+ * Brings the agent up to date (make is incremental: a no-op costs milliseconds)
+ * unless `prebuilt` names a binary to use, then stores a copy.
+ */
+export async function ensureAgent(root: string, verify: boolean, prebuilt?: string, onProgress?: ProgressSink): Promise<AgentArtifact> {
+  let source = prebuilt;
+  if (!source) {
+    await runScript('make', ['-s', '-C', agentDir, 'out/torpor-agent-static'], {
+      what: 'building the guest agent (make -C guest/agent)',
+    });
+    source = AGENT_MAKE_OUTPUT;
+  }
+  let hash: string;
+  try {
+    hash = await sha256File(source);
+  } catch (err) {
+    throw new TorporError('SETUP_FAILED', `the guest agent binary ${source} is missing: ${(err as Error).message}`, { cause: err });
+  }
+  const artifact = await ensureArtifact(
+    {
+      kind: 'agent',
+      inputs: { binary: hash },
+      files: ['torpor-agent'],
+      build: async (dir) => {
+        onProgress?.({ phase: 'agent', status: 'start', message: source, elapsedMs: 0 });
+        const dest = join(dir, 'torpor-agent');
+        await copyFile(source, dest);
+        await chmod(dest, 0o755);
+        if ((await sha256File(dest)) !== hash) {
+          throw new TorporError('SETUP_FAILED', `${source} changed while it was being copied; run setup again`);
+        }
+      },
+    },
+    { root, verify },
+  );
+  return { path: join(artifact.dir, 'torpor-agent'), sha256: hash, artifact };
+}

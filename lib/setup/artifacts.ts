@@ -1,0 +1,187 @@
+// ensureArtifacts(): everything a Linux sandbox boots from (kernel, root
+// filesystem, agent), built once into the store and reused. `torpor setup`
+// and Sandbox.create both come through here.
+import { existsSync } from 'node:fs';
+import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
+
+import { TorporError } from '../errors.js';
+import { checkArtifact, artifactDir, artifactKey } from '../store/artifact.js';
+import { sha256File } from '../store/hash.js';
+import { homeLayout, torporHome } from '../store/home.js';
+import { AGENT_MAKE_OUTPUT, ensureAgent } from './agent.js';
+import { detectHost, type HostKind } from './host.js';
+import { builtKernel, builtKernelSpec, suppliedKernel, type KernelArtifact } from './kernel.js';
+import { inspectKernel, type KernelFormat } from './kernel-format.js';
+import type { PhaseName, ProgressSink } from './progress.js';
+import { ROOTFS_FILES, ensureRootfs, rootfsInputs } from './rootfs.js';
+import { requireTools } from './tools.js';
+
+export interface EnsureArtifactsOptions {
+  /** Torpor home (default torporHome()). */
+  home?: string;
+  /** A kernel to use instead of ours; validated and copied into the store. Default: $TORPOR_KERNEL, then the one `torpor setup --kernel` recorded. */
+  kernel?: string;
+  /** Remember `kernel` for later runs (what `torpor setup --kernel` does). */
+  recordKernel?: boolean;
+  /** A prebuilt static agent instead of `make -C guest/agent` (default: $TORPOR_AGENT). */
+  agent?: string;
+  /** Hash every artifact in full instead of the cheap size/mtime/header check. */
+  verify?: boolean;
+  onProgress?: ProgressSink;
+}
+
+export interface Artifacts {
+  kernel: string;
+  rootfs: string;
+  agent: string;
+  host: HostKind;
+}
+
+export interface SetupReport extends Artifacts {
+  kernelFormat: KernelFormat;
+  kernelOrigin: 'built' | 'supplied';
+  /** False on a PVM host without a supplied kernel: our kernel cannot run Linux guests there. */
+  linuxBootable: boolean;
+  /** Phases that built something in this call. */
+  built: PhaseName[];
+  /** Things the user must know (what is missing to run Linux guests here). */
+  notes: string[];
+}
+
+/** What `torpor setup --kernel` remembers under TORPOR_HOME/setup.json. */
+interface SetupRecord {
+  kernel?: { source: string; sha256: string; format: KernelFormat };
+}
+
+async function readRecord(path: string): Promise<SetupRecord> {
+  try {
+    return JSON.parse(await readFile(path, 'utf8')) as SetupRecord;
+  } catch {
+    return {};
+  }
+}
+
+async function writeRecord(path: string, record: SetupRecord): Promise<void> {
+  const tmp = `${path}.${process.pid}.tmp`;
+  await writeFile(tmp, JSON.stringify(record, null, 2) + '\n');
+  await rename(tmp, path);
+}
+
+export const PVM_KERNEL_NOTE =
+  'This host is a PVM host (kvm_pvm: KVM without hardware virtualization). Linux guests here need a ' +
+  "guest kernel built for this host's PVM; torpor's own kernel (built and stored) runs on hardware-" +
+  'virtualization hosts only. To run Linux sandboxes here, supply one: TORPOR_KERNEL=/path/to/vmlinux ' +
+  'or `torpor setup --kernel /path/to/vmlinux`. The test guest (guest/testvm) runs here regardless.';
+
+function isRoot(): boolean {
+  return typeof process.getuid === 'function' && process.getuid() === 0;
+}
+
+async function isCached(root: string, kind: string, inputs: Record<string, string | Uint8Array>, files: string[], verify: boolean): Promise<boolean> {
+  const key = artifactKey(kind, inputs);
+  return (await checkArtifact(artifactDir(root, kind, key), key, files, verify)).ok;
+}
+
+export async function ensureArtifacts(options: EnsureArtifactsOptions = {}): Promise<SetupReport> {
+  const layout = homeLayout(options.home ?? torporHome());
+  const root = layout.artifacts;
+  const verify = options.verify ?? false;
+  const progress = options.onProgress;
+  await mkdir(root, { recursive: true });
+
+  const host = detectHost();
+  const record = await readRecord(layout.setupRecord);
+  const explicitKernel = options.kernel ?? process.env.TORPOR_KERNEL;
+  const supplied = explicitKernel ?? record.kernel?.source;
+  const prebuiltAgent = options.agent ?? process.env.TORPOR_AGENT;
+  // A bad kernel is refused before anything else starts building.
+  if (explicitKernel) await inspectKernel(explicitKernel);
+
+  // Decide up front which phases must build, so a host missing tools hears
+  // about all of them in one message. The rootfs guess uses the agent binary
+  // as it is now; the agent phase below may still change it.
+  const needed: PhaseName[] = [];
+  const kernelSpec = supplied ? undefined : await builtKernelSpec(progress);
+  if (kernelSpec && !(await isCached(root, kernelSpec.kind, kernelSpec.inputs, kernelSpec.files, verify))) {
+    needed.push('kernel');
+  }
+  const agentBinary = prebuiltAgent ?? AGENT_MAKE_OUTPUT;
+  const rootfsGuess =
+    existsSync(agentBinary) && (await isCached(root, 'rootfs', await rootfsInputs(await sha256File(agentBinary)), ROOTFS_FILES, verify));
+  if (!rootfsGuess) needed.push('rootfs');
+  requireTools(prebuiltAgent ? needed : ['agent', ...needed]);
+
+  const built: PhaseName[] = [];
+  const agentStart = Date.now();
+  const agent = await ensureAgent(root, verify, prebuiltAgent, progress);
+  progress?.({ phase: 'agent', status: agent.artifact.built ? 'done' : 'cached', message: agent.path, elapsedMs: Date.now() - agentStart });
+  if (agent.artifact.built) built.push('agent');
+
+  // Fail before a six-minute kernel build, not after it.
+  if (!(await isCached(root, 'rootfs', await rootfsInputs(agent.sha256), ROOTFS_FILES, verify))) {
+    requireTools(['rootfs']);
+    if (!isRoot()) {
+      throw new TorporError(
+        'PERMISSION_DENIED',
+        'building the root filesystem needs root (mmdebstrap creates files owned by root; mkfs.ext4 -d copies ' +
+          'ownership as found). Run `sudo npx torpor setup` once; later runs by any user reuse the stored image ' +
+          'when they use the same TORPOR_HOME.',
+      );
+    }
+  }
+
+  // The kernel build is CPU-bound, the image build mostly I/O and downloads: overlap them.
+  const kernelPromise = (async (): Promise<KernelArtifact> => {
+    const t0 = Date.now();
+    let kernel: KernelArtifact;
+    if (supplied) {
+      const known = !explicitKernel && record.kernel ? record.kernel : undefined;
+      kernel = await suppliedKernel(supplied, root, verify, known);
+      if (options.recordKernel && options.kernel) {
+        await writeRecord(layout.setupRecord, {
+          ...record,
+          kernel: { source: options.kernel, sha256: kernel.sha256, format: kernel.info.format },
+        });
+      }
+    } else {
+      kernel = await builtKernel(root, verify, progress, kernelSpec);
+    }
+    progress?.({
+      phase: 'kernel',
+      status: kernel.artifact.built ? 'done' : 'cached',
+      message: `${kernel.path} (${kernel.origin}, ${kernel.info.format})`,
+      elapsedMs: Date.now() - t0,
+    });
+    if (kernel.artifact.built) built.push('kernel');
+    return kernel;
+  })();
+  const rootfsPromise = (async () => {
+    const t0 = Date.now();
+    const rootfs = await ensureRootfs(root, agent, verify, progress);
+    progress?.({ phase: 'rootfs', status: rootfs.artifact.built ? 'done' : 'cached', message: rootfs.path, elapsedMs: Date.now() - t0 });
+    if (rootfs.artifact.built) built.push('rootfs');
+    return rootfs;
+  })();
+  const [kernelResult, rootfsResult] = await Promise.allSettled([kernelPromise, rootfsPromise]);
+  if (kernelResult.status === 'rejected') throw kernelResult.reason;
+  if (rootfsResult.status === 'rejected') throw rootfsResult.reason;
+  const kernel = kernelResult.value;
+  const rootfs = rootfsResult.value;
+
+  const notes: string[] = [];
+  const linuxBootable = !(host.kind === 'pvm' && kernel.origin === 'built');
+  if (!linuxBootable) notes.push(PVM_KERNEL_NOTE);
+  if (!host.kvm) notes.push('/dev/kvm does not exist on this host: artifacts are built, but no machine can start here.');
+
+  return {
+    kernel: kernel.path,
+    rootfs: rootfs.path,
+    agent: agent.path,
+    host: host.kind,
+    kernelFormat: kernel.info.format,
+    kernelOrigin: kernel.origin,
+    linuxBootable,
+    built,
+    notes,
+  };
+}

@@ -1,0 +1,127 @@
+// The kernel phase: our own vmlinux built from guest/kernel/, or a kernel the
+// user supplies (TORPOR_KERNEL / --kernel), checked and copied into the store.
+import { copyFile, readFile, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+
+import { TorporError } from '../errors.js';
+import { ensureArtifact, type ArtifactResult, type ArtifactSpec } from '../store/artifact.js';
+import { sha256File } from '../store/hash.js';
+import { commandOutput, debianVersion } from './host-info.js';
+import { inspectKernel, type KernelInfo } from './kernel-format.js';
+import { kernelDir } from './paths.js';
+import type { ProgressSink } from './progress.js';
+import { runScript } from './run-script.js';
+import { LINUX_SOURCE_TARBALL } from './tools.js';
+
+/**
+ * Compile steps (CC/AS/LD/AR lines) a build of our config prints; measured on
+ * Linux 6.1.192 with guest/kernel/torpor.config. Only used to estimate a percentage.
+ */
+const EXPECTED_BUILD_STEPS = 1330;
+
+export interface KernelArtifact {
+  path: string;
+  info: KernelInfo;
+  /** 'built': ours, from guest/kernel; 'supplied': the user's, copied into the store. */
+  origin: 'built' | 'supplied';
+  sha256: string;
+  artifact: ArtifactResult;
+}
+
+/** The key inputs and build of our own kernel. */
+export async function builtKernelSpec(onProgress?: ProgressSink): Promise<ArtifactSpec> {
+  const [config, script, verify, sourceVersion, compiler] = await Promise.all([
+    readFile(join(kernelDir, 'torpor.config')),
+    readFile(join(kernelDir, 'build.sh')),
+    readFile(join(kernelDir, 'verify-config.sh')),
+    debianVersion('linux-source-6.1'),
+    commandOutput('gcc', ['-dumpfullversion']),
+  ]);
+  const started = Date.now();
+  return {
+    kind: 'kernel',
+    inputs: {
+      'torpor.config': config,
+      'build.sh': script,
+      'verify-config.sh': verify,
+      'linux-source-6.1': sourceVersion,
+      gcc: compiler,
+    },
+    files: ['vmlinux', 'config'],
+    build: async (dir) => {
+      let steps = 0;
+      const log: string[] = [];
+      onProgress?.({ phase: 'kernel', status: 'start', message: `building Linux ${sourceVersion} (several minutes)`, elapsedMs: 0 });
+      await runScript(join(kernelDir, 'build.sh'), [dir], {
+        what: 'building the guest kernel',
+        env: { ...process.env, LINUX_SOURCE_TARBALL: process.env.LINUX_SOURCE_TARBALL ?? LINUX_SOURCE_TARBALL },
+        log: (line) => log.push(line),
+        onLine: (line) => {
+          const phase = /^phase: (\S+)/.exec(line);
+          if (/^\s+(CC|AS|LD|AR)\s/.test(line)) steps++;
+          else if (!phase) return;
+          onProgress?.({
+            phase: 'kernel',
+            status: 'step',
+            percent: Math.min(99, (steps * 100) / EXPECTED_BUILD_STEPS),
+            message: phase ? phase[1] : 'compile',
+            elapsedMs: Date.now() - started,
+          });
+        },
+      });
+      await writeFile(join(dir, 'build.log'), log.join('\n') + '\n');
+    },
+  };
+}
+
+/**
+ * A user-supplied kernel: validated, then copied into the store keyed by its
+ * content hash (so editing the file later cannot change what a template booted).
+ * `known` (from setup.json) skips re-reading the source when the stored copy is intact.
+ */
+export async function suppliedKernel(
+  path: string,
+  root: string,
+  verify: boolean,
+  known?: { sha256: string; format: KernelInfo['format'] },
+): Promise<KernelArtifact> {
+  const info: KernelInfo = known ? { format: known.format, size: 0 } : await inspectKernel(path);
+  const hash = known ? known.sha256 : await sha256File(path);
+  const name = info.format === 'bzimage' ? 'bzImage' : 'vmlinux';
+  const artifact = await ensureArtifact(
+    {
+      kind: 'kernel-supplied',
+      inputs: { content: hash },
+      files: [name],
+      build: async (dir) => {
+        if (known) await inspectKernel(path);
+        await copyFile(path, join(dir, name));
+        if ((await sha256File(join(dir, name))) !== hash) {
+          throw new TorporError('KERNEL_INVALID', `${path} changed since it was checked; run \`torpor setup --kernel ${path}\` again`);
+        }
+      },
+    },
+    { root, verify },
+  );
+  info.size = artifact.manifest.files[name]!.size;
+  return { path: join(artifact.dir, name), info, origin: 'supplied', sha256: hash, artifact };
+}
+
+export async function builtKernel(root: string, verify: boolean, onProgress?: ProgressSink, spec?: ArtifactSpec): Promise<KernelArtifact> {
+  spec ??= await builtKernelSpec(onProgress);
+  const artifact = await ensureArtifact(spec, {
+    root,
+    verify,
+    onWait: (pid) =>
+      onProgress?.({ phase: 'kernel', status: 'note', message: `waiting for another build (pid ${pid ?? '?'})`, elapsedMs: 0 }),
+    onDamaged: (_dir, reason) =>
+      onProgress?.({ phase: 'kernel', status: 'note', message: `stored kernel is damaged (${reason}); rebuilding`, elapsedMs: 0 }),
+  });
+  const path = join(artifact.dir, 'vmlinux');
+  // Cheap (one read of the notes) and guards against a build that produced the wrong thing.
+  const info = artifact.built ? await inspectKernel(path) : { format: 'elf-pvh' as const, size: artifact.manifest.files.vmlinux!.size };
+  if (info.format !== 'elf-pvh') {
+    throw new TorporError('KERNEL_INVALID', `the kernel built from guest/kernel has no PVH note (${info.format}); check CONFIG_PVH`);
+  }
+  return { path, info, origin: 'built', sha256: artifact.manifest.files.vmlinux!.sha256, artifact };
+}

@@ -1,0 +1,116 @@
+// The rootfs phase: Debian bookworm from the host's own apt sources, with the
+// agent, as an ext4 image (guest/image/build.sh), keyed by the script, the
+// host's apt sources, the candidate versions of the packages and the agent.
+import { readdir, readFile, stat } from 'node:fs/promises';
+import { join } from 'node:path';
+
+import { TorporError } from '../errors.js';
+import { ensureArtifact, type ArtifactResult } from '../store/artifact.js';
+import { debianVersion } from './host-info.js';
+import { imageDir } from './paths.js';
+import type { ProgressSink } from './progress.js';
+import { runScript } from './run-script.js';
+
+export interface RootfsArtifact {
+  path: string;
+  artifact: ArtifactResult;
+}
+
+/** Parses the package list out of build.sh so the key and the script cannot disagree. */
+export function imagePackages(script: string): string[] {
+  const m = /^packages=\(([^)]*)\)/m.exec(script);
+  if (!m) throw new TorporError('INTERNAL', 'guest/image/build.sh has no packages=(...) list');
+  return m[1]!.split(/\s+/).filter(Boolean);
+}
+
+/** The host's apt sources files, as build.sh picks them (contents go into the key). */
+async function aptSources(): Promise<string> {
+  if (process.env.APT_SOURCES) return process.env.APT_SOURCES;
+  const files: string[] = ['/etc/apt/sources.list'];
+  const dir = '/etc/apt/sources.list.d';
+  for (const name of (await readdir(dir).catch(() => [] as string[])).sort()) {
+    if (name.endsWith('.list') || name.endsWith('.sources')) files.push(join(dir, name));
+  }
+  const parts: string[] = [];
+  for (const f of files) parts.push(`${f}\n${await readFile(f, 'utf8').catch(() => '')}`);
+  return parts.join('\n');
+}
+
+/**
+ * The state of the host's package indexes (name, size, mtime of each Packages
+ * file): new package versions arrive through `apt-get update`, which rewrites
+ * them. Stat calls only: `apt-cache policy` costs half a second, and a setup
+ * with nothing to do must finish in under one. The versions actually installed
+ * are recorded in the artifact's packages.txt.
+ */
+async function aptIndexState(): Promise<string> {
+  const dir = '/var/lib/apt/lists';
+  const lines: string[] = [];
+  for (const name of (await readdir(dir).catch(() => [] as string[])).sort()) {
+    if (!/_Packages(\.\w+)?$/.test(name)) continue;
+    const st = await stat(join(dir, name)).catch(() => undefined);
+    if (st) lines.push(`${name} ${st.size} ${st.mtimeMs}`);
+  }
+  return lines.join('\n');
+}
+
+/** mmdebstrap's progress lines, in order, mapped to a rough percentage. */
+const stages: Array<[RegExp, number, string]> = [
+  [/^I: running apt-get update/, 5, 'apt-get update'],
+  [/^I: downloading packages/, 15, 'downloading packages'],
+  [/^I: extracting archives/, 35, 'extracting'],
+  [/^I: installing essential packages/, 45, 'installing essential packages'],
+  [/^I: installing remaining packages/, 65, 'installing packages'],
+  [/^I: running --customize-hook/, 85, 'customizing'],
+  [/^phase: mkfs/, 90, 'mkfs.ext4'],
+];
+
+export const ROOTFS_FILES = ['rootfs.ext4', 'packages.txt'];
+
+/** The rootfs key inputs for an agent binary with this hash. */
+export async function rootfsInputs(agentSha256: string): Promise<Record<string, string>> {
+  const [script, indexes, mmdebstrap, sources] = await Promise.all([
+    readFile(join(imageDir, 'build.sh'), 'utf8'),
+    aptIndexState(),
+    debianVersion('mmdebstrap'),
+    aptSources(),
+  ]);
+  return { 'build.sh': script, indexes, mmdebstrap, sources, agent: agentSha256 };
+}
+
+export async function ensureRootfs(root: string, agent: { path: string; sha256: string }, verify: boolean, onProgress?: ProgressSink): Promise<RootfsArtifact> {
+  const inputs = await rootfsInputs(agent.sha256);
+  const packages = imagePackages(inputs['build.sh']!);
+  const started = Date.now();
+  const artifact = await ensureArtifact(
+    {
+      kind: 'rootfs',
+      inputs,
+      files: ROOTFS_FILES,
+      build: async (dir) => {
+        onProgress?.({ phase: 'rootfs', status: 'start', message: `Debian bookworm + ${packages.length} packages`, elapsedMs: 0 });
+        let percent = 0;
+        await runScript(join(imageDir, 'build.sh'), [dir, agent.path], {
+          what: 'building the root filesystem',
+          onLine: (line) => {
+            for (const [re, p, label] of stages) {
+              if (p > percent && re.test(line)) {
+                percent = p;
+                onProgress?.({ phase: 'rootfs', status: 'step', percent, message: label, elapsedMs: Date.now() - started });
+              }
+            }
+          },
+        });
+      },
+    },
+    {
+      root,
+      verify,
+      onWait: (pid) =>
+        onProgress?.({ phase: 'rootfs', status: 'note', message: `waiting for another build (pid ${pid ?? '?'})`, elapsedMs: 0 }),
+      onDamaged: (_dir, reason) =>
+        onProgress?.({ phase: 'rootfs', status: 'note', message: `stored image is damaged (${reason}); rebuilding`, elapsedMs: 0 }),
+    },
+  );
+  return { path: join(artifact.dir, 'rootfs.ext4'), artifact };
+}

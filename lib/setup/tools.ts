@@ -1,0 +1,76 @@
+// Host tools each setup phase needs, and the Debian packages that provide them,
+// so a missing tool produces one message naming everything to install.
+import { accessSync, constants, existsSync } from 'node:fs';
+import { delimiter, join } from 'node:path';
+
+import { TorporError } from '../errors.js';
+import type { PhaseName } from './progress.js';
+
+interface Requirement {
+  /** A command looked up on PATH, or an absolute path that must exist. */
+  need: string;
+  pkg: string;
+}
+
+export const LINUX_SOURCE_TARBALL = '/usr/src/linux-source-6.1.tar.xz';
+
+const requirements: Record<PhaseName, Requirement[]> = {
+  agent: [
+    { need: 'make', pkg: 'make' },
+    { need: 'cc', pkg: 'gcc' },
+  ],
+  kernel: [
+    { need: 'make', pkg: 'make' },
+    { need: 'gcc', pkg: 'gcc' },
+    { need: 'flex', pkg: 'flex' },
+    { need: 'bison', pkg: 'bison' },
+    { need: 'bc', pkg: 'bc' },
+    { need: 'perl', pkg: 'perl' },
+    { need: 'xz', pkg: 'xz-utils' },
+    { need: '/usr/include/libelf.h', pkg: 'libelf-dev' },
+    { need: LINUX_SOURCE_TARBALL, pkg: 'linux-source-6.1' },
+  ],
+  rootfs: [
+    { need: 'mmdebstrap', pkg: 'mmdebstrap' },
+    { need: 'mkfs.ext4', pkg: 'e2fsprogs' },
+    { need: 'flock', pkg: 'util-linux' },
+  ],
+};
+
+function onPath(command: string, env: NodeJS.ProcessEnv): boolean {
+  // sbin directories too: mkfs.ext4 lives there and non-root PATHs often lack them.
+  const dirs = (env.PATH ?? '').split(delimiter).concat(['/usr/sbin', '/sbin']);
+  for (const dir of dirs) {
+    if (!dir) continue;
+    try {
+      accessSync(join(dir, command), constants.X_OK);
+      return true;
+    } catch {
+      // keep looking
+    }
+  }
+  return false;
+}
+
+/** The Debian packages missing for these phases (empty when all is there). */
+export function missingPackages(phases: PhaseName[], env: NodeJS.ProcessEnv = process.env): string[] {
+  const missing = new Set<string>();
+  for (const phase of phases) {
+    for (const { need, pkg } of requirements[phase]) {
+      const present = need.startsWith('/') ? existsSync(need) : onPath(need, env);
+      if (!present) missing.add(pkg);
+    }
+  }
+  return [...missing].sort();
+}
+
+/** Throws one MISSING_TOOLS error naming every package to install. */
+export function requireTools(phases: PhaseName[], env: NodeJS.ProcessEnv = process.env): void {
+  const missing = missingPackages(phases, env);
+  if (missing.length === 0) return;
+  throw new TorporError(
+    'MISSING_TOOLS',
+    `torpor setup needs host tools that are not installed (for: ${phases.join(', ')}). ` +
+      `Install them with: apt-get install ${missing.join(' ')}`,
+  );
+}

@@ -1,0 +1,227 @@
+// Content-addressed build artifacts: artifacts/<kind>/<key>/ under the torpor home.
+//
+// The key is the sha256 of everything that determines the output (config text,
+// scripts, package versions, the agent binary's hash), so a changed input
+// yields a new directory and an unchanged one is found again without building.
+// A build runs in a temporary directory beside its target, under a per-key
+// lock, and is renamed into place only when complete; manifest.json records
+// each file's size, mtime and hashes, checked on every use. A damaged artifact
+// is moved aside and rebuilt, never handed to a VMM.
+import { randomBytes } from 'node:crypto';
+import { mkdir, open, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+
+import { TorporError } from '../errors.js';
+import { headHash, sha256, sha256File } from './hash.js';
+import { acquireLock } from './lock.js';
+
+export const MANIFEST = 'manifest.json';
+const MANIFEST_VERSION = 1;
+
+/** One input to a key: its name and either its content or an already computed hash. */
+export type KeyInputs = Record<string, string | Uint8Array>;
+
+export interface ArtifactSpec {
+  /** artifacts/<kind>/: kernel, rootfs, agent, ... */
+  kind: string;
+  /** Everything the output depends on. */
+  inputs: KeyInputs;
+  /** Output files (relative to the artifact directory) the build must produce; all are recorded and checked. */
+  files: string[];
+  /** Writes `files` into dir (a fresh, empty temporary directory). */
+  build: (dir: string) => Promise<void>;
+}
+
+export interface ArtifactOptions {
+  /** The artifacts root (homeLayout().artifacts). */
+  root: string;
+  /** Hash every file in full instead of the cheap check. */
+  verify?: boolean;
+  /** Another process holds the build lock for this artifact. */
+  onWait?: (ownerPid: number | undefined) => void;
+  /** A recorded artifact failed its check and is being rebuilt. */
+  onDamaged?: (dir: string, reason: string) => void;
+}
+
+export interface FileRecord {
+  size: number;
+  mtimeMs: number;
+  sha256: string;
+  headHash: string;
+}
+
+export interface Manifest {
+  version: number;
+  kind: string;
+  key: string;
+  /** sha256 of each named input, so `why was this rebuilt` can be answered. */
+  inputs: Record<string, string>;
+  files: Record<string, FileRecord>;
+  createdAt: string;
+  buildMs: number;
+}
+
+export interface ArtifactResult {
+  dir: string;
+  key: string;
+  manifest: Manifest;
+  /** True when this call ran the build. */
+  built: boolean;
+}
+
+/** Hashes of each input, by name. */
+export function inputHashes(inputs: KeyInputs): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const name of Object.keys(inputs).sort()) out[name] = sha256(inputs[name]!);
+  return out;
+}
+
+/** The artifact key: sha256 over the kind and the sorted (name, input hash) pairs. */
+export function artifactKey(kind: string, inputs: KeyInputs): string {
+  return sha256(JSON.stringify({ kind, inputs: inputHashes(inputs) }));
+}
+
+/** Directory names use a prefix of the key; the manifest keeps all of it. */
+export function artifactDir(root: string, kind: string, key: string): string {
+  return join(root, kind, key.slice(0, 24));
+}
+
+export type CheckResult = { ok: true; manifest: Manifest } | { ok: false; reason: string; exists: boolean };
+
+/**
+ * Checks a recorded artifact. Cheap by default: size, mtime and the head hash
+ * of each file. The full sha256 runs when asked (verify), or when a file's
+ * mtime no longer matches its record (touched or rewritten since the build).
+ */
+export async function checkArtifact(dir: string, key: string, files: string[], verify = false): Promise<CheckResult> {
+  let manifest: Manifest;
+  try {
+    manifest = JSON.parse(await readFile(join(dir, MANIFEST), 'utf8')) as Manifest;
+  } catch (err) {
+    const exists = (err as NodeJS.ErrnoException).code !== 'ENOENT';
+    return { ok: false, exists, reason: exists ? 'manifest unreadable' : 'not built' };
+  }
+  if (manifest.version !== MANIFEST_VERSION || manifest.key !== key || typeof manifest.files !== 'object') {
+    return { ok: false, exists: true, reason: 'manifest does not match this artifact' };
+  }
+  for (const name of files) {
+    const record = manifest.files[name];
+    if (!record) return { ok: false, exists: true, reason: `${name} not recorded` };
+    const path = join(dir, name);
+    let st;
+    try {
+      st = await stat(path);
+    } catch {
+      return { ok: false, exists: true, reason: `${name} is missing` };
+    }
+    if (st.size !== record.size) {
+      return { ok: false, exists: true, reason: `${name} is ${st.size} bytes, recorded ${record.size}` };
+    }
+    if ((await headHash(path)) !== record.headHash) {
+      return { ok: false, exists: true, reason: `${name}: header/trailer hash differs from the record` };
+    }
+    // Whole milliseconds: tools that restore or copy mtimes (cp -p, tar, utimes) keep no more.
+    if (verify || Math.trunc(st.mtimeMs) !== Math.trunc(record.mtimeMs)) {
+      if ((await sha256File(path)) !== record.sha256) {
+        return { ok: false, exists: true, reason: `${name}: sha256 differs from the record` };
+      }
+    }
+  }
+  return { ok: true, manifest };
+}
+
+async function fsyncPath(path: string): Promise<void> {
+  const fh = await open(path, 'r');
+  try {
+    await fh.sync();
+  } finally {
+    await fh.close();
+  }
+}
+
+async function recordFile(path: string): Promise<FileRecord> {
+  await fsyncPath(path);
+  const st = await stat(path);
+  return { size: st.size, mtimeMs: st.mtimeMs, sha256: await sha256File(path), headHash: await headHash(path) };
+}
+
+function pidAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/** Removes temporary build directories left by builders that died (their pid is in the name). */
+async function sweepDeadBuilds(kindDir: string): Promise<void> {
+  for (const name of await readdir(kindDir).catch(() => [] as string[])) {
+    const m = /^\.(?:tmp|damaged)-[0-9a-f]+-(\d+)-/.exec(name);
+    if (m && !pidAlive(Number(m[1]))) await rm(join(kindDir, name), { recursive: true, force: true });
+  }
+}
+
+/** Returns the artifact for spec, building it (once, across processes) when absent or damaged. */
+export async function ensureArtifact(spec: ArtifactSpec, options: ArtifactOptions): Promise<ArtifactResult> {
+  const key = artifactKey(spec.kind, spec.inputs);
+  const kindDir = join(options.root, spec.kind);
+  const dir = artifactDir(options.root, spec.kind, key);
+
+  // Fast path, no lock: a complete artifact is immutable once renamed into place.
+  const first = await checkArtifact(dir, key, spec.files, options.verify);
+  if (first.ok) return { dir, key, manifest: first.manifest, built: false };
+
+  await mkdir(kindDir, { recursive: true });
+  const lock = await acquireLock(join(kindDir, `${key.slice(0, 24)}.lock`), { onWait: options.onWait });
+  try {
+    // Someone else may have built it while we waited.
+    const again = await checkArtifact(dir, key, spec.files, options.verify);
+    if (again.ok) return { dir, key, manifest: again.manifest, built: false };
+
+    await sweepDeadBuilds(kindDir);
+    const tag = `${key.slice(0, 12)}-${process.pid}-${randomBytes(4).toString('hex')}`;
+    if (again.exists) {
+      options.onDamaged?.(dir, again.reason);
+      // Move it aside first: the rename is atomic, so no reader sees a half-deleted artifact.
+      const aside = join(kindDir, `.damaged-${tag}`);
+      await rename(dir, aside);
+      await rm(aside, { recursive: true, force: true });
+    }
+
+    const tmp = join(kindDir, `.tmp-${tag}`);
+    await mkdir(tmp);
+    const started = Date.now();
+    try {
+      await spec.build(tmp);
+      const files: Record<string, FileRecord> = {};
+      for (const name of spec.files) {
+        try {
+          files[name] = await recordFile(join(tmp, name));
+        } catch (err) {
+          throw new TorporError('SETUP_FAILED', `building ${spec.kind} did not produce ${name}`, { cause: err });
+        }
+      }
+      const manifest: Manifest = {
+        version: MANIFEST_VERSION,
+        kind: spec.kind,
+        key,
+        inputs: inputHashes(spec.inputs),
+        files,
+        createdAt: new Date().toISOString(),
+        buildMs: Date.now() - started,
+      };
+      await writeFile(join(tmp, MANIFEST), JSON.stringify(manifest, null, 2) + '\n');
+      await fsyncPath(join(tmp, MANIFEST));
+      await fsyncPath(tmp);
+      await rename(tmp, dir);
+      await fsyncPath(kindDir);
+      return { dir, key, manifest, built: true };
+    } catch (err) {
+      await rm(tmp, { recursive: true, force: true });
+      throw err;
+    }
+  } finally {
+    await lock.release();
+  }
+}

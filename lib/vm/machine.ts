@@ -1,0 +1,259 @@
+// A virtual machine hosted in this Node process: the idiomatic layer over the
+// native binding (lib/native.d.ts NativeMachine). It validates options,
+// serialises lifecycle calls, turns native events into EventEmitter events
+// and wraps vsock fds in net.Sockets.
+//
+// Machines never keep the event loop alive on their own: only a pending
+// promise (start, pause, a vsock connect) does.
+import { EventEmitter } from 'node:events';
+import net from 'node:net';
+
+import { InvalidArgumentError, TimeoutError, TorporError } from '../errors.js';
+import { loadNative } from '../native.js';
+import type {
+  NativeExitReason,
+  NativeMachine,
+  NativeMachineConfig,
+  NativeMachineEvent,
+  NativeMachineState,
+  NativeMachineStats,
+} from '../native-types.js';
+
+export interface MachineDisk {
+  /** Read-only base image ('' or omitted for an overlay-only disk). */
+  base?: string;
+  /** Copy-on-write overlay data file; created if missing. */
+  overlay: string;
+  readOnly?: boolean;
+  serial?: string;
+}
+
+export interface MachineOptions {
+  /** Kernel: ELF with a PVH note, ELF64 (64-bit boot protocol) or bzImage. */
+  kernel: string;
+  initrd?: string;
+  /** Kernel command line; the virtio_mmio.device= entries are appended. */
+  cmdline?: string;
+  /** Default 2. */
+  vcpus?: number;
+  /** Default 512. */
+  memoryMiB?: number;
+  disks?: MachineDisk[];
+  /** Guest CID of a virtio-vsock device (>= 3); omit for none. */
+  vsockCid?: number;
+  /** Adds a virtio-rng device. */
+  rng?: boolean;
+  /** Append the guest's serial output to this file. */
+  consoleLog?: string;
+  /** Bytes of console output kept for consoleTail(); default 64 KiB. */
+  consoleRingBytes?: number;
+  /** KVM device; default /dev/kvm. */
+  kvmDevice?: string;
+}
+
+export type MachineState = NativeMachineState;
+export type ExitReason = NativeExitReason;
+export type MachineStats = NativeMachineStats;
+
+export interface MachineEvents {
+  console: [data: Buffer];
+  exit: [state: 'stopped' | 'failed', reason: ExitReason];
+}
+
+const MAX_VCPUS = 254;
+const MAX_MEMORY_MIB = 1024 * 1024;
+
+function checkInt(name: string, v: unknown, min: number, max: number): number {
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < min || v > max)
+    throw new InvalidArgumentError(`${name} must be an integer in ${min}..${max} (got ${String(v)})`);
+  return v;
+}
+
+function checkString(name: string, v: unknown, required: boolean): string | undefined {
+  if (v === undefined && !required) return undefined;
+  if (typeof v !== 'string' || (required && v.length === 0))
+    throw new InvalidArgumentError(`${name} must be a non-empty string`);
+  if (v.includes('\0')) throw new InvalidArgumentError(`${name} must not contain NUL bytes`);
+  return v;
+}
+
+/** Validates options and builds the native config (throws INVALID_ARGUMENT). */
+export function toNativeConfig(opts: MachineOptions): NativeMachineConfig {
+  if (opts === null || typeof opts !== 'object') throw new InvalidArgumentError('machine options must be an object');
+  const cfg: NativeMachineConfig = {
+    kernel: checkString('kernel', opts.kernel, true)!,
+    cmdline: checkString('cmdline', opts.cmdline ?? '', false) ?? '',
+    vcpus: checkInt('vcpus', opts.vcpus ?? 2, 1, MAX_VCPUS),
+    memoryMiB: checkInt('memoryMiB', opts.memoryMiB ?? 512, 2, MAX_MEMORY_MIB),
+    disks: [],
+  };
+  const initrd = checkString('initrd', opts.initrd, false);
+  if (initrd !== undefined) cfg.initrd = initrd;
+  if (opts.disks !== undefined) {
+    if (!Array.isArray(opts.disks)) throw new InvalidArgumentError('disks must be an array');
+    opts.disks.forEach((d, i) => {
+      if (d === null || typeof d !== 'object') throw new InvalidArgumentError(`disks[${i}] must be an object`);
+      const overlay = checkString(`disks[${i}].overlay`, d.overlay, true)!;
+      const base = checkString(`disks[${i}].base`, d.base ?? '', false) ?? '';
+      const disk: NativeMachineConfig['disks'][number] = { base, overlay };
+      if (d.readOnly !== undefined) disk.readOnly = Boolean(d.readOnly);
+      if (d.serial !== undefined) {
+        checkString(`disks[${i}].serial`, d.serial, false);
+        if (Buffer.byteLength(d.serial) > 20) throw new InvalidArgumentError(`disks[${i}].serial is limited to 20 bytes`);
+        disk.serial = d.serial;
+      }
+      cfg.disks.push(disk);
+    });
+  }
+  if (opts.vsockCid !== undefined) cfg.vsockCid = checkInt('vsockCid', opts.vsockCid, 3, 0xffffffff);
+  if (opts.rng !== undefined) cfg.rng = Boolean(opts.rng);
+  const log = checkString('consoleLog', opts.consoleLog, false);
+  if (log !== undefined) cfg.consoleLog = log;
+  if (opts.consoleRingBytes !== undefined)
+    cfg.consoleRingBytes = checkInt('consoleRingBytes', opts.consoleRingBytes, 1, 64 * 1024 * 1024);
+  const dev = checkString('kvmDevice', opts.kvmDevice, false);
+  if (dev !== undefined) cfg.kvmDevice = dev;
+  if (cfg.disks.length + (cfg.vsockCid !== undefined ? 1 : 0) + (cfg.rng ? 1 : 0) > 19)
+    throw new InvalidArgumentError('at most 19 virtio devices (disks + vsock + rng)');
+  return cfg;
+}
+
+export class Machine extends EventEmitter<MachineEvents> {
+  readonly #native: NativeMachine;
+  // Lifecycle calls run one after another, in call order.
+  #queue: Promise<unknown> = Promise.resolve();
+  #exit: { state: 'stopped' | 'failed'; reason: ExitReason } | undefined;
+  // Console text seen so far, for waitForConsole (bounded).
+  #seen = '';
+  static readonly #SEEN_MAX = 1 << 20;
+
+  private constructor(opts: MachineOptions) {
+    super();
+    const cfg = toNativeConfig(opts);
+    const binding = loadNative();
+    this.#native = new binding.Machine(cfg, (ev: NativeMachineEvent) => this.#onEvent(ev));
+  }
+
+  /** Builds the machine (VM, RAM, devices, vCPUs; kernel loaded). Nothing runs until start(). */
+  static create(opts: MachineOptions): Machine {
+    return new Machine(opts);
+  }
+
+  #onEvent(ev: NativeMachineEvent): void {
+    if (ev.type === 'console') {
+      this.#seen += ev.data.toString('latin1');
+      if (this.#seen.length > Machine.#SEEN_MAX) this.#seen = this.#seen.slice(-Machine.#SEEN_MAX / 2);
+      this.emit('console', ev.data);
+    } else if (ev.type === 'exit') {
+      this.#exit = { state: ev.state, reason: ev.reason };
+      this.emit('exit', ev.state, ev.reason);
+    }
+  }
+
+  #serial<T>(op: () => Promise<T>): Promise<T> {
+    const next = this.#queue.then(op, op);
+    this.#queue = next.catch(() => undefined);
+    return next;
+  }
+
+  /** Starts the vCPUs; resolves once every vCPU entered the guest. */
+  start(): Promise<void> {
+    return this.#serial(() => this.#native.start());
+  }
+  /** Resolves when every vCPU is out of the guest with its pending I/O completed. */
+  pause(): Promise<void> {
+    return this.#serial(() => this.#native.pause());
+  }
+  resume(): Promise<void> {
+    return this.#serial(() => this.#native.resume());
+  }
+  /** Ends the machine and joins its threads; resolves to the exit reason. Idempotent. */
+  stop(): Promise<ExitReason> {
+    return this.#serial(() => this.#native.stop());
+  }
+
+  get state(): MachineState {
+    return this.#native.state();
+  }
+  get exitReason(): ExitReason | null {
+    return this.#native.exitReason();
+  }
+  /** The kernel command line as the guest receives it. */
+  get kernelCmdline(): string {
+    return this.#native.kernelCmdline();
+  }
+
+  /** Sends bytes to the guest's serial port. */
+  consoleWrite(data: Buffer | string): void {
+    this.#native.consoleWrite(data);
+  }
+  /** The last bytes the guest printed. */
+  consoleTail(): Buffer {
+    return this.#native.consoleTail();
+  }
+
+  /**
+   * Resolves once the console output (since creation) matches `pattern`;
+   * rejects with TIMEOUT, or with MACHINE_FAILED if the machine ends first.
+   */
+  waitForConsole(pattern: RegExp | string, timeoutMs = 10_000): Promise<string> {
+    const test = (text: string): string | null => {
+      if (typeof pattern === 'string') return text.includes(pattern) ? pattern : null;
+      const m = pattern.exec(text);
+      return m ? m[0] : null;
+    };
+    const already = test(this.#seen);
+    if (already !== null) return Promise.resolve(already);
+    return new Promise((resolve, reject) => {
+      const cleanup = () => {
+        clearTimeout(timer);
+        this.off('console', onConsole);
+        this.off('exit', onExit);
+      };
+      const onConsole = () => {
+        const m = test(this.#seen);
+        if (m !== null) {
+          cleanup();
+          resolve(m);
+        }
+      };
+      const onExit = (state: string, reason: ExitReason) => {
+        const m = test(this.#seen);
+        cleanup();
+        if (m !== null) resolve(m);
+        else
+          reject(new TorporError('MACHINE_FAILED', `machine ${state} (${reason.kind}: ${reason.message}) before the console showed ${String(pattern)}`));
+      };
+      const timer = setTimeout(() => {
+        cleanup();
+        reject(new TimeoutError(`console did not show ${String(pattern)} within ${timeoutMs} ms; last output: ${JSON.stringify(this.#seen.slice(-200))}`));
+      }, timeoutMs);
+      this.on('console', onConsole);
+      this.on('exit', onExit);
+      if (this.#exit) onExit(this.#exit.state, this.#exit.reason);
+    });
+  }
+
+  /** Opens a vsock stream to the guest's port; resolves to a connected net.Socket. */
+  async vsockConnect(port: number, timeoutMs = 5000): Promise<net.Socket> {
+    checkInt('port', port, 0, 0xffffffff);
+    checkInt('timeoutMs', timeoutMs, 1, 3_600_000);
+    const fd = await this.#native.vsockConnect(port, timeoutMs);
+    return new net.Socket({ fd, readable: true, writable: true });
+  }
+  /** Sends a transport reset to the guest: every vsock connection drops. */
+  vsockReset(): void {
+    this.#native.vsockReset();
+  }
+
+  /** Bounds-checked read of guest-physical memory (GUEST_MEMORY outside RAM). */
+  readGuest(gpa: number, length: number): Buffer {
+    checkInt('gpa', gpa, 0, Number.MAX_SAFE_INTEGER);
+    checkInt('length', length, 0, 64 * 1024 * 1024);
+    return this.#native.readGuest(gpa, length);
+  }
+
+  stats(): MachineStats {
+    return this.#native.stats();
+  }
+}

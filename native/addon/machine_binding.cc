@@ -1,0 +1,381 @@
+#include "addon/machine_binding.h"
+
+#include <unistd.h>
+
+#include "addon/addon_state.h"
+#include "addon/js_values.h"
+#include "common/error.h"
+
+namespace torpor {
+
+namespace {
+
+constexpr uint64_t kMaxReadGuest = 64ull << 20;
+
+// Calls from thread-safe-function callbacks use the raw N-API and ignore
+// failures: while Node tears an environment down it still drains queued
+// calls but refuses to run JS, and node-addon-api's wrappers would turn that
+// refusal into a fatal error.
+void call_quietly(Napi::Env env, Napi::Function fn, napi_value arg) {
+  napi_value result;
+  if (napi_call_function(env, env.Undefined(), fn, 1, &arg, &result) != napi_ok) {
+    bool pending = false;
+    napi_is_exception_pending(env, &pending);
+    (void)pending;  // a listener's exception stays pending: Node reports it as uncaught
+  }
+}
+
+MachineConfig parse_config(const Napi::Value& v) {
+  if (!v.IsObject()) throw Error(code::kInvalidArgument, "machine config must be an object");
+  Napi::Object o = v.As<Napi::Object>();
+  MachineConfig c;
+  c.kernel = js::get_string(o, "kernel", true);
+  c.initrd = js::get_string(o, "initrd", false);
+  c.cmdline = js::get_string(o, "cmdline", false);
+  c.vcpus = static_cast<uint32_t>(js::get_uint(o, "vcpus", 1, 254, 2));
+  c.memory_mib = js::get_uint(o, "memoryMiB", 2, 1024 * 1024, 512);
+  if (js::has(o, "disks")) {
+    Napi::Value dv = unwrap(o.Get("disks"));
+    if (!dv.IsArray()) throw Error(code::kInvalidArgument, "disks must be an array");
+    Napi::Array arr = dv.As<Napi::Array>();
+    for (uint32_t i = 0; i < arr.Length(); i++) {
+      Napi::Value e = unwrap(arr.Get(i));
+      if (!e.IsObject()) throw Error(code::kInvalidArgument, "disks[" + std::to_string(i) + "] must be an object");
+      Napi::Object d = e.As<Napi::Object>();
+      BlkOptions b;
+      b.base_path = js::get_string(d, "base", false);
+      b.overlay_path = js::get_string(d, "overlay", false);
+      if (b.base_path.empty() && b.overlay_path.empty())
+        throw Error(code::kInvalidArgument, "disks[" + std::to_string(i) + "] needs a base or an overlay");
+      b.read_only = js::get_bool(d, "readOnly", false);
+      b.serial = js::get_string(d, "serial", false);
+      if (b.serial.size() > 20) throw Error(code::kInvalidArgument, "disk serial is limited to 20 bytes");
+      c.disks.push_back(std::move(b));
+    }
+  }
+  if (js::has(o, "vsockCid")) c.vsock_cid = js::get_uint(o, "vsockCid", 3, 0xffffffffull, std::nullopt);
+  c.rng = js::get_bool(o, "rng", false);
+  c.console_log = js::get_string(o, "consoleLog", false);
+  c.console_ring_bytes = js::get_uint(o, "consoleRingBytes", 1, 64u << 20, 64 * 1024);
+  c.kvm_device = js::get_string(o, "kvmDevice", false, "/dev/kvm");
+  return c;
+}
+
+}  // namespace
+
+Napi::Function MachineWrap::define(Napi::Env env) {
+  return DefineClass(env, "Machine",
+                     {
+                         InstanceMethod<&MachineWrap::start>("start"),
+                         InstanceMethod<&MachineWrap::pause>("pause"),
+                         InstanceMethod<&MachineWrap::resume>("resume"),
+                         InstanceMethod<&MachineWrap::stop>("stop"),
+                         InstanceMethod<&MachineWrap::state>("state"),
+                         InstanceMethod<&MachineWrap::exit_reason>("exitReason"),
+                         InstanceMethod<&MachineWrap::console_write>("consoleWrite"),
+                         InstanceMethod<&MachineWrap::console_tail>("consoleTail"),
+                         InstanceMethod<&MachineWrap::vsock_connect>("vsockConnect"),
+                         InstanceMethod<&MachineWrap::vsock_reset>("vsockReset"),
+                         InstanceMethod<&MachineWrap::read_guest>("readGuest"),
+                         InstanceMethod<&MachineWrap::stats>("stats"),
+                         InstanceMethod<&MachineWrap::kernel_cmdline>("kernelCmdline"),
+                     });
+}
+
+MachineWrap::MachineWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<MachineWrap>(info), env_(info.Env()) {
+  Napi::Env env = info.Env();
+  guarded(env, [&]() -> Napi::Value {
+    MachineConfig cfg = parse_config(info[0]);
+    if (!info[1].IsFunction()) throw Error(code::kInvalidArgument, "onEvent must be a function");
+    console_ring_bytes_ = cfg.console_ring_bytes;
+    handle_ = std::make_shared<Handle>();
+    bridge_ = std::make_shared<EventBridge>(env, info[1].As<Napi::Function>());
+
+    Machine::Callbacks cb;
+    auto bridge = bridge_;
+    auto handle = handle_;
+    cb.console_pending = [bridge, handle] {
+      bridge->post([handle](Napi::Env env, Napi::Function fn) {
+        if (handle->wrap) handle->wrap->drain_console(env, fn);
+      });
+    };
+    cb.exited = [bridge, handle](MachineState state, const ExitReason& reason) {
+      bridge->post([handle, state, reason](Napi::Env env, Napi::Function fn) {
+        if (handle->wrap) handle->wrap->deliver_exit(env, fn, state, reason);
+      });
+    };
+    machine_ = std::make_unique<Machine>(cfg, std::move(cb));
+    handle_->wrap = this;
+    register_live_machine(machine_.get());
+    // After the thread-safe function exists: hooks run last-in first-out.
+    if (napi_add_env_cleanup_hook(env, cleanup_hook, this) == napi_ok) hook_registered_ = true;
+    return env.Undefined();
+  });
+}
+
+MachineWrap::~MachineWrap() {
+  if (handle_) handle_->wrap = nullptr;
+  if (hook_registered_) {
+    napi_remove_env_cleanup_hook(env_, cleanup_hook, this);
+    hook_registered_ = false;
+  }
+  teardown();
+  machine_.reset();
+}
+
+void MachineWrap::cleanup_hook(void* arg) {
+  auto* self = static_cast<MachineWrap*>(arg);
+  self->hook_registered_ = false;
+  if (self->handle_) self->handle_->wrap = nullptr;
+  self->teardown();
+}
+
+void MachineWrap::teardown() {
+  if (torn_down_) return;
+  torn_down_ = true;
+  if (machine_) {
+    try {
+      machine_->stop();  // joins every vCPU thread and the I/O thread
+    } catch (...) {
+    }
+    unregister_live_machine(machine_.get());
+  }
+  if (bridge_) bridge_->close();  // only now: no thread can post any more
+}
+
+Machine& MachineWrap::live_machine() {
+  if (torn_down_ || !machine_) throw Error(code::kInvalidState, "the machine was torn down");
+  return *machine_;
+}
+
+std::pair<uint64_t, Napi::Promise> MachineWrap::new_promise(Napi::Env env) {
+  napi_deferred d;
+  napi_value promise;
+  if (napi_create_promise(env, &d, &promise) != napi_ok) throw Error(code::kInternal, "napi_create_promise failed");
+  uint64_t id = next_id_++;
+  pending_.emplace(id, d);
+  bridge_->hold(env);
+  return {id, Napi::Promise(env, promise)};
+}
+
+void MachineWrap::settle(Napi::Env env, uint64_t id, const std::string& code, const std::string& message,
+                         Napi::Value value) {
+  auto it = pending_.find(id);
+  if (it == pending_.end()) return;
+  napi_deferred d = it->second;
+  pending_.erase(it);
+  bridge_->release_hold(env);
+  if (code.empty())
+    napi_resolve_deferred(env, d, value);
+  else
+    napi_reject_deferred(env, d, make_js_error(env, code.c_str(), message).Value());
+}
+
+Machine::Done MachineWrap::completion(uint64_t id) {
+  auto bridge = bridge_;
+  auto handle = handle_;
+  return [bridge, handle, id](const char* code, const std::string& message) {
+    std::string c = code ? code : "";
+    bridge->post([handle, id, c, message](Napi::Env env, Napi::Function) {
+      if (handle->wrap) handle->wrap->settle(env, id, c, message, env.Undefined());
+    });
+  };
+}
+
+Napi::Value MachineWrap::start(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guarded(env, [&]() -> Napi::Value {
+    Machine& m = live_machine();
+    auto [id, promise] = new_promise(env);
+    try {
+      m.start(completion(id));
+    } catch (const Error& e) {
+      settle(env, id, e.code(), e.what(), env.Undefined());
+      return promise;
+    }
+    if (self_.IsEmpty()) self_ = Napi::Persistent(Value());
+    return promise;
+  });
+}
+
+Napi::Value MachineWrap::pause(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guarded(env, [&]() -> Napi::Value {
+    Machine& m = live_machine();
+    auto [id, promise] = new_promise(env);
+    try {
+      m.pause(completion(id));
+    } catch (const Error& e) {
+      settle(env, id, e.code(), e.what(), env.Undefined());
+    }
+    return promise;
+  });
+}
+
+Napi::Value MachineWrap::resume(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guarded(env, [&]() -> Napi::Value {
+    auto d = Napi::Promise::Deferred::New(env);
+    try {
+      live_machine().resume();
+      d.Resolve(env.Undefined());
+    } catch (const Error& e) {
+      d.Reject(make_js_error(env, e.code(), e.what()).Value());
+    }
+    return d.Promise();
+  });
+}
+
+Napi::Value MachineWrap::stop(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guarded(env, [&]() -> Napi::Value {
+    auto d = Napi::Promise::Deferred::New(env);
+    if (!machine_) {
+      d.Reject(make_js_error(env, code::kInvalidState, "the machine was torn down").Value());
+      return d.Promise();
+    }
+    ExitReason r = machine_->stop();
+    d.Resolve(reason_object(env, r));
+    return d.Promise();
+  });
+}
+
+Napi::Value MachineWrap::state(const Napi::CallbackInfo& info) {
+  return guarded(info.Env(), [&]() -> Napi::Value {
+    if (!machine_) return Napi::String::New(info.Env(), "stopped");
+    return Napi::String::New(info.Env(), machine_state_name(machine_->state()));
+  });
+}
+
+Napi::Object MachineWrap::reason_object(Napi::Env env, const ExitReason& r) {
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("kind", r.kind);
+  o.Set("message", r.message);
+  o.Set("consoleTail", r.console_tail);
+  return o;
+}
+
+Napi::Value MachineWrap::exit_reason(const Napi::CallbackInfo& info) {
+  return guarded(info.Env(), [&]() -> Napi::Value {
+    if (!machine_) return info.Env().Null();
+    auto r = machine_->exit_reason();
+    if (!r) return info.Env().Null();
+    return reason_object(info.Env(), *r);
+  });
+}
+
+Napi::Value MachineWrap::console_write(const Napi::CallbackInfo& info) {
+  return guarded(info.Env(), [&]() -> Napi::Value {
+    Machine& m = live_machine();
+    size_t taken;
+    if (info[0].IsBuffer()) {
+      auto b = info[0].As<Napi::Buffer<uint8_t>>();
+      taken = m.console_input(b.Data(), b.Length());
+    } else if (info[0].IsString()) {
+      std::string s = info[0].As<Napi::String>().Utf8Value();
+      taken = m.console_input(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+    } else {
+      throw Error(code::kInvalidArgument, "consoleWrite takes a Buffer or a string");
+    }
+    return Napi::Number::New(info.Env(), static_cast<double>(taken));
+  });
+}
+
+Napi::Value MachineWrap::console_tail(const Napi::CallbackInfo& info) {
+  return guarded(info.Env(), [&]() -> Napi::Value {
+    auto bytes = live_machine().console().tail(console_ring_bytes_);
+    return Napi::Buffer<uint8_t>::Copy(info.Env(), bytes.data(), bytes.size());
+  });
+}
+
+Napi::Value MachineWrap::vsock_connect(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guarded(env, [&]() -> Napi::Value {
+    Machine& m = live_machine();
+    uint32_t port = static_cast<uint32_t>(js::to_uint(info[0], "port", 0, 0xffffffffull));
+    uint32_t timeout = 5000;
+    if (!info[1].IsUndefined()) timeout = static_cast<uint32_t>(js::to_uint(info[1], "timeoutMs", 1, 3600000));
+    VsockHost* host = m.vsock();
+    if (!host) throw Error(code::kInvalidState, "this machine has no vsock device (set vsockCid)");
+    if (m.state() != MachineState::Running && m.state() != MachineState::Paused)
+      throw Error(code::kInvalidState, std::string("vsockConnect: machine is ") + machine_state_name(m.state()));
+    auto [id, promise] = new_promise(env);
+    auto bridge = bridge_;
+    auto handle = handle_;
+    host->connect(port, timeout, [bridge, handle, id](int fd, const char* code, const std::string& message) {
+      std::string c = fd >= 0 ? "" : (code ? code : code::kVsockRefused);
+      bool posted = bridge->post([handle, id, fd, c, message](Napi::Env env, Napi::Function) {
+        if (!handle->wrap) {
+          if (fd >= 0) ::close(fd);
+          return;
+        }
+        handle->wrap->settle(env, id, c, message, Napi::Number::New(env, fd));
+      });
+      if (!posted && fd >= 0) ::close(fd);
+    });
+    return promise;
+  });
+}
+
+Napi::Value MachineWrap::vsock_reset(const Napi::CallbackInfo& info) {
+  return guarded(info.Env(), [&]() -> Napi::Value {
+    VsockHost* host = live_machine().vsock();
+    if (!host) throw Error(code::kInvalidState, "this machine has no vsock device (set vsockCid)");
+    host->transport_reset();
+    return info.Env().Undefined();
+  });
+}
+
+Napi::Value MachineWrap::read_guest(const Napi::CallbackInfo& info) {
+  return guarded(info.Env(), [&]() -> Napi::Value {
+    Machine& m = live_machine();
+    uint64_t gpa = js::to_uint(info[0], "gpa", 0, (1ull << 53) - 1);
+    uint64_t len = js::to_uint(info[1], "length", 0, kMaxReadGuest);
+    auto buf = Napi::Buffer<uint8_t>::New(info.Env(), len);
+    if (!m.memory().read(gpa, buf.Data(), len))
+      throw Error(code::kGuestMemory, "guest-physical range [" + std::to_string(gpa) + ", +" + std::to_string(len) +
+                                          ") is not RAM");
+    return buf;
+  });
+}
+
+Napi::Value MachineWrap::stats(const Napi::CallbackInfo& info) {
+  return guarded(info.Env(), [&]() -> Napi::Value {
+    MachineStats s = live_machine().stats();
+    Napi::Object o = Napi::Object::New(info.Env());
+    o.Set("exits", static_cast<double>(s.exits));
+    o.Set("pioExits", static_cast<double>(s.pio_exits));
+    o.Set("mmioExits", static_cast<double>(s.mmio_exits));
+    o.Set("haltExits", static_cast<double>(s.halt_exits));
+    o.Set("createToFirstRunNs", static_cast<double>(s.create_to_first_run_ns));
+    return o;
+  });
+}
+
+Napi::Value MachineWrap::kernel_cmdline(const Napi::CallbackInfo& info) {
+  return guarded(info.Env(), [&]() -> Napi::Value {
+    return Napi::String::New(info.Env(), live_machine().kernel_cmdline());
+  });
+}
+
+void MachineWrap::drain_console(Napi::Env env, Napi::Function on_event) {
+  if (!machine_) return;
+  auto bytes = machine_->console().take_pending();
+  if (bytes.empty()) return;
+  Napi::Object ev = Napi::Object::New(env);
+  ev.Set("type", "console");
+  ev.Set("data", Napi::Buffer<uint8_t>::Copy(env, bytes.data(), bytes.size()));
+  call_quietly(env, on_event, ev);
+}
+
+void MachineWrap::deliver_exit(Napi::Env env, Napi::Function on_event, MachineState state, const ExitReason& reason) {
+  drain_console(env, on_event);  // everything printed comes before the exit event
+  Napi::Object ev = Napi::Object::New(env);
+  ev.Set("type", "exit");
+  ev.Set("state", machine_state_name(state));
+  ev.Set("reason", reason_object(env, reason));
+  if (!self_.IsEmpty()) self_.Reset();  // an ended machine may be collected
+  call_quietly(env, on_event, ev);
+}
+
+}  // namespace torpor

@@ -1,0 +1,69 @@
+// The native Machine class (lib/native.d.ts NativeMachine) over vmm/Machine.
+//
+// Lifetime: while a machine runs, the JS object is kept alive by a strong
+// reference of its own (a running VM is not garbage), released at its exit
+// event. An env cleanup hook, registered after the thread-safe function so
+// that it runs before Node finalizes it, stops the machine, joins its
+// threads and only then releases the thread-safe function (worker exit,
+// normal process end). process.exit() is covered by addon_state's atexit.
+#pragma once
+
+#include "addon/napi_config.h"
+
+#include <memory>
+#include <unordered_map>
+
+#include "addon/event_bridge.h"
+#include "vmm/machine.h"
+
+namespace torpor {
+
+class MachineWrap : public Napi::ObjectWrap<MachineWrap> {
+ public:
+  static Napi::Function define(Napi::Env env);
+  explicit MachineWrap(const Napi::CallbackInfo& info);
+  ~MachineWrap() override;
+
+ private:
+  struct Handle {
+    MachineWrap* wrap = nullptr;  // touched on the JS thread only
+  };
+
+  Napi::Value start(const Napi::CallbackInfo& info);
+  Napi::Value pause(const Napi::CallbackInfo& info);
+  Napi::Value resume(const Napi::CallbackInfo& info);
+  Napi::Value stop(const Napi::CallbackInfo& info);
+  Napi::Value state(const Napi::CallbackInfo& info);
+  Napi::Value exit_reason(const Napi::CallbackInfo& info);
+  Napi::Value console_write(const Napi::CallbackInfo& info);
+  Napi::Value console_tail(const Napi::CallbackInfo& info);
+  Napi::Value vsock_connect(const Napi::CallbackInfo& info);
+  Napi::Value vsock_reset(const Napi::CallbackInfo& info);
+  Napi::Value read_guest(const Napi::CallbackInfo& info);
+  Napi::Value stats(const Napi::CallbackInfo& info);
+  Napi::Value kernel_cmdline(const Napi::CallbackInfo& info);
+
+  Machine& live_machine();  // throws INVALID_STATE after teardown
+  std::pair<uint64_t, Napi::Promise> new_promise(Napi::Env env);
+  void settle(Napi::Env env, uint64_t id, const std::string& code, const std::string& message, Napi::Value value);
+  Machine::Done completion(uint64_t id);
+  void drain_console(Napi::Env env, Napi::Function on_event);
+  void deliver_exit(Napi::Env env, Napi::Function on_event, MachineState state, const ExitReason& reason);
+  static Napi::Object reason_object(Napi::Env env, const ExitReason& r);
+
+  static void cleanup_hook(void* arg);
+  void teardown();
+
+  napi_env env_;
+  std::shared_ptr<Handle> handle_;
+  std::shared_ptr<EventBridge> bridge_;
+  std::unique_ptr<Machine> machine_;
+  std::unordered_map<uint64_t, napi_deferred> pending_;
+  uint64_t next_id_ = 1;
+  Napi::ObjectReference self_;
+  size_t console_ring_bytes_ = 64 * 1024;
+  bool hook_registered_ = false;
+  bool torn_down_ = false;
+};
+
+}  // namespace torpor

@@ -1,0 +1,87 @@
+// virtio-blk (virtio 1.2 §5.2): request parsing and status codes over a Disk.
+//
+// One request queue. Requests run synchronously on the I/O thread under the
+// transport's lock, so when save() can take the lock no request is in flight.
+// Data moves straight between the disk and the guest's buffers (host
+// pointers from GuestMemory, pages marked dirty), without a bounce buffer.
+#pragma once
+
+#include <array>
+#include <memory>
+#include <string>
+
+#include "devices/virtio/blk/disk.h"
+#include "devices/virtio/queue/queue.h"
+#include "devices/virtio/virtio_device.h"
+#include "vmm/guest_memory.h"
+
+namespace torpor {
+
+namespace virtio_blk {
+inline constexpr uint64_t kFSegMax = uint64_t{1} << 2;
+inline constexpr uint64_t kFRo = uint64_t{1} << 5;
+inline constexpr uint64_t kFBlkSize = uint64_t{1} << 6;
+inline constexpr uint64_t kFFlush = uint64_t{1} << 9;
+inline constexpr uint64_t kFTopology = uint64_t{1} << 10;
+
+inline constexpr uint32_t kTIn = 0;
+inline constexpr uint32_t kTOut = 1;
+inline constexpr uint32_t kTFlush = 4;
+inline constexpr uint32_t kTGetId = 8;
+
+inline constexpr uint8_t kSOk = 0;
+inline constexpr uint8_t kSIoErr = 1;
+inline constexpr uint8_t kSUnsupp = 2;
+
+inline constexpr uint32_t kSectorSize = 512;
+inline constexpr uint16_t kQueueSize = 256;
+inline constexpr uint32_t kSegMax = kQueueSize - 2;  // header and status take a descriptor each
+inline constexpr size_t kIdBytes = 20;
+
+struct RequestHeader {
+  uint32_t type;
+  uint32_t reserved;
+  uint64_t sector;
+};
+static_assert(sizeof(RequestHeader) == 16);
+}  // namespace virtio_blk
+
+class VirtioBlkDevice final : public VirtioDevice {
+ public:
+  // serial: the GET_ID answer, at most 20 bytes (longer is cut).
+  VirtioBlkDevice(GuestMemory& mem, std::unique_ptr<Disk> disk, std::string serial, bool read_only);
+
+  const char* name() const override { return "blk"; }
+  uint32_t device_type() const override { return virtio::kDeviceBlock; }
+  uint64_t device_features() const override;
+  uint32_t num_queues() const override { return 1; }
+  uint16_t queue_max_size(uint32_t) const override { return virtio_blk::kQueueSize; }
+  void read_config(uint64_t offset, uint8_t* data, size_t len) override;
+  void write_config(uint64_t, const uint8_t*, size_t) override {}  // nothing writable
+  void attach(VirtioTransport& transport) override { transport_ = &transport; }
+  void activate() override {}
+  void queue_notify(uint32_t index) override;
+  void reset() override {}
+  void save(StateWriter& out) const override;
+  void restore(StateReader& in) override;
+
+  Disk& disk() { return *disk_; }
+  uint64_t capacity_sectors() const { return disk_->size() / virtio_blk::kSectorSize; }
+
+ private:
+  // Serves one request; returns the byte count for the used ring.
+  uint32_t handle(const DescriptorChain& chain);
+  uint8_t do_in(const DescriptorChain& chain, uint64_t offset, uint64_t len);
+  uint8_t do_out(const DescriptorChain& chain, uint64_t offset, uint64_t len);
+  bool range_ok(uint64_t sector, uint64_t len) const;
+
+  GuestMemory& mem_;
+  std::unique_ptr<Disk> disk_;
+  std::string serial_;
+  bool read_only_;
+  VirtioTransport* transport_ = nullptr;
+  std::array<uint8_t, 60> config_{};
+  DescriptorChain chain_;
+};
+
+}  // namespace torpor

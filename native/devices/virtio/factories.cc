@@ -1,0 +1,44 @@
+// make_virtio_blk / make_virtio_rng (declared in virtio_mmio.h): build the
+// device, wrap it in the virtio-mmio transport. make_virtio_vsock lives with
+// the vsock device.
+#include <memory>
+
+#include "common/error.h"
+#include "devices/virtio/blk/blk_device.h"
+#include "devices/virtio/blk/overlay_disk.h"
+#include "devices/virtio/blk/raw_image.h"
+#include "devices/virtio/mmio/transport.h"
+#include "devices/virtio/rng/rng_device.h"
+#include "devices/virtio/virtio_mmio.h"
+
+namespace torpor {
+
+std::unique_ptr<VirtioMmioDevice> make_virtio_blk(GuestMemory& mem, IrqLine& irq, EventLoop& loop,
+                                                  const BlkOptions& opts) {
+  if (opts.serial.size() > virtio_blk::kIdBytes)
+    throw Error(code::kInvalidArgument, "disk serial is longer than 20 bytes");
+  if (opts.base_path.empty() && opts.overlay_path.empty())
+    throw Error(code::kInvalidArgument, "a disk needs a base image, an overlay, or both");
+  if (opts.overlay_path.empty() && !opts.read_only)
+    throw Error(code::kInvalidArgument,
+                "a writable disk needs an overlay path: the base image is never written");
+  if (opts.size_bytes % 512)
+    throw Error(code::kInvalidArgument, "disk size must be a multiple of 512 bytes");
+  std::unique_ptr<Disk> base;
+  if (!opts.base_path.empty()) base = std::make_unique<RawImage>(opts.base_path, opts.size_bytes);
+  uint64_t size = opts.size_bytes ? opts.size_bytes : (base ? base->size() : 0);
+  if (size == 0) throw Error(code::kInvalidArgument, "disk size is 0 (give size_bytes for an overlay-only disk)");
+  std::unique_ptr<Disk> disk;
+  if (opts.overlay_path.empty())
+    disk = std::move(base);
+  else
+    disk = std::make_unique<OverlayDisk>(std::move(base), opts.overlay_path, size, opts.read_only);
+  auto dev = std::make_unique<VirtioBlkDevice>(mem, std::move(disk), opts.serial, opts.read_only);
+  return std::make_unique<VirtioMmioTransport>(mem, irq, loop, std::move(dev));
+}
+
+std::unique_ptr<VirtioMmioDevice> make_virtio_rng(GuestMemory& mem, IrqLine& irq, EventLoop& loop) {
+  return std::make_unique<VirtioMmioTransport>(mem, irq, loop, std::make_unique<VirtioRngDevice>(mem));
+}
+
+}  // namespace torpor

@@ -1,0 +1,73 @@
+#include "vmm/kick_signal.h"
+
+#include <signal.h>
+
+#include <atomic>
+#include <cstring>
+#include <mutex>
+
+#include "common/error.h"
+
+namespace torpor {
+
+namespace {
+
+// Touched by each vCPU thread at start, so the handler never triggers the
+// lazy allocation of dynamic TLS (not async-signal-safe).
+thread_local kvm_run* tls_run = nullptr;
+
+void on_kick(int) {
+  kvm_run* run = tls_run;
+  if (run) __atomic_store_n(&run->immediate_exit, 1, __ATOMIC_SEQ_CST);
+}
+
+std::mutex g_mu;
+int g_refs = 0;
+struct sigaction g_previous;
+
+}  // namespace
+
+int kick_signal_number() { return SIGRTMIN + kKickSignalOffset; }
+
+KickSignalRef::KickSignalRef() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (g_refs++ > 0) return;
+  int sig = kick_signal_number();
+  struct sigaction current;
+  std::memset(&current, 0, sizeof(current));
+  sigaction(sig, nullptr, &current);
+  bool is_default = !(current.sa_flags & SA_SIGINFO) && (current.sa_handler == SIG_DFL || current.sa_handler == SIG_IGN);
+  if (!is_default && current.sa_handler != on_kick) {
+    g_refs--;
+    throw Error(code::kKvmUnavailable, "signal SIGRTMIN+" + std::to_string(kKickSignalOffset) +
+                                           " (used to kick vCPUs) already has a handler installed by someone else");
+  }
+  struct sigaction sa;
+  std::memset(&sa, 0, sizeof(sa));
+  sa.sa_handler = on_kick;
+  sa.sa_flags = SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  if (sigaction(sig, &sa, &g_previous) < 0) {
+    g_refs--;
+    throw_sys_error(code::kInternal, "sigaction (vCPU kick signal)");
+  }
+}
+
+KickSignalRef::~KickSignalRef() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (--g_refs > 0) return;
+  sigaction(kick_signal_number(), &g_previous, nullptr);
+}
+
+void kick_register_thread(kvm_run* run) {
+  tls_run = run;
+  // The signal must reach this thread even if the creator had it blocked.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, kick_signal_number());
+  pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+}
+
+void kick_thread(pthread_t thread) { pthread_kill(thread, kick_signal_number()); }
+
+}  // namespace torpor

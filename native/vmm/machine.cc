@@ -1,0 +1,365 @@
+#include "vmm/machine.h"
+
+#include <pthread.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+
+#include "common/error.h"
+#include "devices/i8042/i8042.h"
+#include "devices/serial/serial_8250.h"
+#include "vmm/x86_64/boot.h"
+#include "vmm/x86_64/cpuid.h"
+#include "vmm/x86_64/layout.h"
+#include "vmm/x86_64/vcpu_init.h"
+
+namespace torpor {
+
+// The virtio factories live in devices/virtio/; weak references let the VMM
+// link (and run machines without virtio devices) in a tree where one of them
+// is not built yet. With the devices present these are ordinary calls.
+std::unique_ptr<VirtioMmioDevice> make_virtio_blk(GuestMemory&, IrqLine&, EventLoop&, const BlkOptions&)
+    __attribute__((weak));
+std::unique_ptr<VirtioMmioDevice> make_virtio_rng(GuestMemory&, IrqLine&, EventLoop&) __attribute__((weak));
+std::unique_ptr<VirtioMmioDevice> make_virtio_vsock(GuestMemory&, IrqLine&, EventLoop&, const VsockOptions&,
+                                                    VsockHost**) __attribute__((weak));
+
+namespace {
+
+constexpr size_t kExitTailBytes = 4096;
+constexpr uint64_t kMinMemoryMiB = 2;
+constexpr uint64_t kMaxMemoryMiB = 1024 * 1024;
+
+uint64_t now_ns(std::chrono::steady_clock::time_point since) {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - since).count());
+}
+
+void validate(const MachineConfig& cfg, int max_vcpus) {
+  if (cfg.kernel.empty()) throw Error(code::kInvalidArgument, "kernel path is required");
+  uint32_t limit = std::min<uint32_t>(254, max_vcpus > 0 ? static_cast<uint32_t>(max_vcpus) : 254);
+  if (cfg.vcpus < 1 || cfg.vcpus > limit)
+    throw Error(code::kInvalidArgument, "vcpus must be 1.." + std::to_string(limit) + " on this host");
+  if (cfg.memory_mib < kMinMemoryMiB || cfg.memory_mib > kMaxMemoryMiB)
+    throw Error(code::kInvalidArgument, "memoryMiB must be " + std::to_string(kMinMemoryMiB) + ".." +
+                                            std::to_string(kMaxMemoryMiB));
+  size_t devices = cfg.disks.size() + (cfg.vsock_cid ? 1 : 0) + (cfg.rng ? 1 : 0);
+  if (devices > x86::kMaxVirtioDevices)
+    throw Error(code::kInvalidArgument, "at most " + std::to_string(x86::kMaxVirtioDevices) + " virtio devices");
+  if (cfg.vsock_cid && (*cfg.vsock_cid < 3 || *cfg.vsock_cid > 0xffffffffull))
+    throw Error(code::kInvalidArgument, "vsock guest CID must be 3..2^32-1");
+  if (cfg.console_ring_bytes == 0 || cfg.console_ring_bytes > (64u << 20))
+    throw Error(code::kInvalidArgument, "consoleRingBytes must be 1..64 MiB");
+}
+
+}  // namespace
+
+const char* machine_state_name(MachineState s) {
+  switch (s) {
+    case MachineState::Created: return "created";
+    case MachineState::Running: return "running";
+    case MachineState::Paused: return "paused";
+    case MachineState::Stopped: return "stopped";
+    case MachineState::Failed: return "failed";
+  }
+  return "failed";
+}
+
+Machine::Machine(const MachineConfig& cfg, Callbacks callbacks)
+    : callbacks_(std::move(callbacks)), created_at_(std::chrono::steady_clock::now()) {
+  host_kind_ = detect_host_kind();
+  kvm_ = std::make_unique<KvmSystem>(cfg.kvm_device);
+  for (auto [cap, name] : {std::pair{KVM_CAP_IRQCHIP, "irqchip"}, {KVM_CAP_PIT2, "pit2"},
+                           {KVM_CAP_USER_MEMORY, "userMemory"}, {KVM_CAP_IMMEDIATE_EXIT, "immediateExit"}})
+    if (kvm_->check_extension(cap) <= 0)
+      throw Error(code::kKvmUnavailable, std::string("KVM at ") + cfg.kvm_device + " lacks " + name);
+  validate(cfg, kvm_->check_extension(KVM_CAP_MAX_VCPUS));
+  const bool have_irqfd = kvm_->check_extension(KVM_CAP_IRQFD) > 0;
+  const bool have_ioeventfd = kvm_->check_extension(KVM_CAP_IOEVENTFD) > 0;
+
+  vm_ = std::make_unique<KvmVm>(*kvm_);
+  // The TSS and identity map matter only to VMX; elsewhere the calls are
+  // accepted as no-ops or refused, and either is fine.
+  if (kvm_->check_extension(KVM_CAP_SET_IDENTITY_MAP_ADDR) > 0) {
+    try { vm_->set_identity_map_addr(x86::kIdentityMapAddr); } catch (const Error&) {}
+  }
+  try { vm_->set_tss_addr(x86::kTssAddr); } catch (const Error&) {}
+  vm_->create_irqchip();
+  vm_->create_pit2();
+  ram_ = std::make_unique<GuestRam>(*vm_, cfg.memory_mib * x86::kMiB);
+  loop_ = std::make_unique<EventLoop>();
+  console_ = std::make_unique<Console>(cfg.console_ring_bytes, cfg.console_log, callbacks_.console_pending);
+
+  serial_irq_ = std::make_unique<KvmIrqLine>(*vm_, x86::kSerialIrq, false);
+  serial_ = std::make_unique<Serial8250>(*serial_irq_, [this](const uint8_t* p, size_t n) { console_->write(p, n); });
+  if (!pio_bus_.insert(x86::kSerialPort, Serial8250::kRangeLen, serial_.get()))
+    throw Error(code::kInternal, "serial port range refused");
+  i8042_ = std::make_unique<I8042>([this] {
+    std::lock_guard<std::mutex> lock(mu_);
+    end_locked(false, "reset", "the guest reset the machine (i8042)");
+  });
+  if (!pio_bus_.insert(I8042::kBase, I8042::kRangeLen, i8042_.get())) throw Error(code::kInternal, "i8042 range refused");
+
+  // virtio-mmio devices, in the platform order: disks, vsock, rng.
+  auto next_irq = [&]() {
+    uint32_t gsi = x86::kVirtioFirstGsi + static_cast<uint32_t>(virtio_.size());
+    return std::make_unique<KvmIrqLine>(*vm_, gsi, have_irqfd);
+  };
+  for (const auto& disk : cfg.disks) {
+    if (!make_virtio_blk) throw Error(code::kInvalidArgument, "this build has no virtio-blk device");
+    auto irq = next_irq();
+    auto dev = make_virtio_blk(ram_->memory(), *irq, *loop_, disk);
+    add_virtio(std::move(dev), std::move(irq));
+  }
+  if (cfg.vsock_cid) {
+    if (!make_virtio_vsock) throw Error(code::kInvalidArgument, "this build has no virtio-vsock device");
+    auto irq = next_irq();
+    VsockOptions opts;
+    opts.guest_cid = *cfg.vsock_cid;
+    auto dev = make_virtio_vsock(ram_->memory(), *irq, *loop_, opts, &vsock_host_);
+    add_virtio(std::move(dev), std::move(irq));
+  }
+  if (cfg.rng) {
+    if (!make_virtio_rng) throw Error(code::kInvalidArgument, "this build has no virtio-rng device");
+    auto irq = next_irq();
+    auto dev = make_virtio_rng(ram_->memory(), *irq, *loop_);
+    add_virtio(std::move(dev), std::move(irq));
+  }
+  if (have_ioeventfd) {
+    for (auto& slot : virtio_) {
+      VirtioMmioDevice* dev = slot.dev.get();
+      for (uint32_t q = 0; q < dev->num_queues(); q++) {
+        Fd efd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+        if (!efd.valid()) throw_sys_error(code::kInternal, "eventfd (ioeventfd)");
+        try {
+          vm_->ioeventfd(efd.get(), slot.base + kVirtioMmioQueueNotify, 4, q);
+        } catch (const Error&) {
+          break;  // the guest's write then exits to the vCPU thread: slower, same effect
+        }
+        int fd = efd.get();
+        loop_->add(fd, EPOLLIN, [fd, dev, q](uint32_t) {
+          uint64_t count;
+          if (::read(fd, &count, sizeof(count)) == sizeof(count)) dev->notify(q);
+        });
+        slot.notify_fds.push_back(std::move(efd));
+      }
+    }
+  }
+
+  cmdline_ = cfg.cmdline;
+  std::vector<uint32_t> gsis;
+  for (size_t i = 0; i < virtio_.size(); i++) {
+    char entry[64];
+    std::snprintf(entry, sizeof(entry), " virtio_mmio.device=4K@0x%llx:%u",
+                  static_cast<unsigned long long>(virtio_[i].base), virtio_[i].irq->gsi());
+    cmdline_ += entry;
+    gsis.push_back(virtio_[i].irq->gsi());
+  }
+  while (!cmdline_.empty() && cmdline_.front() == ' ') cmdline_.erase(cmdline_.begin());
+
+  x86::BootConfig boot;
+  boot.kernel_path = cfg.kernel;
+  boot.initrd_path = cfg.initrd;
+  boot.cmdline = cmdline_;
+  boot.ram_bytes = ram_->size();
+  boot.vcpus = cfg.vcpus;
+  boot.device_gsis = gsis;
+  x86::BootEntry entry = x86::load_boot_image(ram_->memory(), boot);
+
+  const auto& msrs = x86::msr_support(*kvm_);
+  const auto supported = kvm_->supported_cpuid();
+  for (uint32_t i = 0; i < cfg.vcpus; i++) {
+    auto kv = std::make_unique<KvmVcpu>(*kvm_, *vm_, i);
+    kv->set_cpuid(x86::build_cpuid(supported, i, cfg.vcpus, host_kind_, msrs));
+    x86::init_vcpu_common(*kv, msrs.index_list);
+    if (i == 0) x86::init_boot_vcpu(*kv, entry);
+    vcpus_.push_back(std::make_unique<Vcpu>(std::move(kv), static_cast<VcpuHost&>(*this)));
+  }
+}
+
+Machine::~Machine() { stop(); }
+
+void Machine::add_virtio(std::unique_ptr<VirtioMmioDevice> dev, std::unique_ptr<KvmIrqLine> irq) {
+  if (!dev) throw Error(code::kInternal, "virtio device factory returned nothing");
+  uint64_t base = x86::kVirtioMmioBase + virtio_.size() * kVirtioMmioWindow;
+  if (!mmio_bus_.insert(base, kVirtioMmioWindow, dev.get())) throw Error(code::kInternal, "virtio-mmio range refused");
+  VirtioSlot slot;
+  slot.irq = std::move(irq);
+  slot.dev = std::move(dev);
+  slot.base = base;
+  virtio_.push_back(std::move(slot));
+}
+
+void Machine::start(Done done) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (state_ != MachineState::Created)
+    throw Error(code::kInvalidState, std::string("start: machine is ") + machine_state_name(state_));
+  state_ = MachineState::Running;
+  threads_started_ = true;
+  start_waiters_.push_back(std::move(done));
+  loop_->start();
+  loop_->post([] { pthread_setname_np(pthread_self(), "torpor-io"); });
+  for (auto& v : vcpus_) v->start(Vcpu::Command::Run);
+}
+
+void Machine::pause(Done done) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (state_ == MachineState::Paused && pause_waiters_.empty()) {
+    lock.unlock();
+    done(nullptr, "");
+    return;
+  }
+  if (state_ != MachineState::Running && state_ != MachineState::Paused)
+    throw Error(code::kInvalidState, std::string("pause: machine is ") + machine_state_name(state_));
+  pause_waiters_.push_back(std::move(done));
+  if (state_ == MachineState::Paused) return;  // a pause is in flight: same completion
+  state_ = MachineState::Paused;
+  parked_ = 0;
+  for (auto& v : vcpus_) v->send(Vcpu::Command::Pause);
+}
+
+void Machine::resume() {
+  std::vector<Done> abandoned;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (state_ == MachineState::Running) return;
+    if (state_ != MachineState::Paused)
+      throw Error(code::kInvalidState, std::string("resume: machine is ") + machine_state_name(state_));
+    state_ = MachineState::Running;
+    abandoned.swap(pause_waiters_);
+    for (auto& v : vcpus_) v->send(Vcpu::Command::Run);
+  }
+  for (auto& d : abandoned) d(code::kInvalidState, "resumed before the pause completed");
+}
+
+ExitReason Machine::stop() {
+  bool started;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    end_locked(false, "stop", "stopped by the host");
+    started = threads_started_;
+  }
+  for (auto& v : vcpus_) v->join();
+  if (!started || vcpus_.empty()) finish();
+  // With threads, the last vCPU thread ran finish(); call_once makes this
+  // wait for it if it is still running.
+  finish();
+  std::lock_guard<std::mutex> lock(mu_);
+  return reason_;
+}
+
+void Machine::end_locked(bool failed, const std::string& kind, const std::string& message) {
+  if (ending_) return;
+  ending_ = true;
+  failed_ = failed;
+  reason_.kind = kind;
+  reason_.message = message;
+  auto tail = console_ ? console_->tail(kExitTailBytes) : std::vector<uint8_t>{};
+  reason_.console_tail.assign(tail.begin(), tail.end());
+  for (auto& v : vcpus_) v->send(Vcpu::Command::Stop);
+}
+
+void Machine::finish() {
+  std::call_once(finish_once_, [this] {
+    if (loop_) loop_->stop();
+    std::vector<Done> waiters;
+    MachineState final_state;
+    ExitReason reason;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      state_ = failed_ ? MachineState::Failed : MachineState::Stopped;
+      finished_ = true;
+      for (auto& d : start_waiters_) waiters.push_back(std::move(d));
+      for (auto& d : pause_waiters_) waiters.push_back(std::move(d));
+      start_waiters_.clear();
+      pause_waiters_.clear();
+      final_state = state_;
+      reason = reason_;
+    }
+    for (auto& d : waiters)
+      d(final_state == MachineState::Failed ? code::kMachineFailed : code::kInvalidState,
+        "the machine ended (" + reason.kind + "): " + reason.message);
+    if (callbacks_.exited) callbacks_.exited(final_state, reason);
+  });
+}
+
+MachineState Machine::state() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return state_;
+}
+
+std::optional<ExitReason> Machine::exit_reason() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!finished_) return std::nullopt;
+  return reason_;
+}
+
+MachineStats Machine::stats() const {
+  MachineStats s;
+  for (const auto& v : vcpus_) {
+    const auto& c = v->counters();
+    s.exits += c.exits.load(std::memory_order_relaxed);
+    s.pio_exits += c.pio.load(std::memory_order_relaxed);
+    s.mmio_exits += c.mmio.load(std::memory_order_relaxed);
+    s.halt_exits += c.hlt.load(std::memory_order_relaxed);
+  }
+  s.create_to_first_run_ns = first_run_ns_.load(std::memory_order_relaxed);
+  return s;
+}
+
+size_t Machine::console_input(const uint8_t* data, size_t len) { return serial_->enqueue_input(data, len); }
+
+void Machine::vcpu_pio(uint16_t port, uint8_t* data, size_t len, bool is_write) {
+  if (is_write) {
+    pio_bus_.write(port, data, len);
+  } else if (!pio_bus_.read(port, data, len)) {
+    std::memset(data, 0xff, len);  // nothing there: the bus floats high
+  }
+}
+
+void Machine::vcpu_mmio(uint64_t addr, uint8_t* data, size_t len, bool is_write) {
+  if (is_write) {
+    mmio_bus_.write(addr, data, len);
+  } else if (!mmio_bus_.read(addr, data, len)) {
+    std::memset(data, 0xff, len);
+  }
+}
+
+void Machine::vcpu_entered(uint32_t index) {
+  if (index == 0) first_run_ns_.store(now_ns(created_at_), std::memory_order_relaxed);
+  std::vector<Done> ready;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (++entered_ == vcpus_.size()) ready.swap(start_waiters_);
+  }
+  for (auto& d : ready) d(nullptr, "");
+}
+
+void Machine::vcpu_parked(uint32_t) {
+  std::vector<Done> ready;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (state_ != MachineState::Paused) return;
+    if (++parked_ == vcpus_.size()) ready.swap(pause_waiters_);
+  }
+  for (auto& d : ready) d(nullptr, "");
+}
+
+void Machine::vcpu_guest_ended(uint32_t, bool failed, const std::string& kind, const std::string& message) {
+  std::lock_guard<std::mutex> lock(mu_);
+  end_locked(failed, kind, message);
+}
+
+void Machine::vcpu_exited(uint32_t) {
+  bool last;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    last = ++exited_ == vcpus_.size();
+  }
+  if (last) finish();
+}
+
+}  // namespace torpor

@@ -1,0 +1,153 @@
+// A virtual machine: KVM VM + RAM + devices + one thread per vCPU + one I/O
+// thread, with a lifecycle the addon exposes as promises.
+//
+// States: Created -> Running <-> Paused -> Stopped | Failed. The guest ends
+// a machine from a vCPU thread (reset, triple fault, emulation failure...);
+// the host ends it with stop(). Either way exactly one exit notification is
+// delivered, after every vCPU thread has left KVM_RUN for good and the I/O
+// thread has stopped.
+//
+// Asynchronous operations (start, pause) complete through a Done callback
+// called on whichever native thread finished them (a vCPU thread, or the
+// caller's when there was nothing to wait for). Callbacks never block.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "devices/bus.h"
+#include "devices/virtio/virtio_mmio.h"
+#include "vmm/console.h"
+#include "vmm/event_loop.h"
+#include "vmm/guest_ram.h"
+#include "vmm/host_probe.h"
+#include "vmm/irq_line.h"
+#include "vmm/kick_signal.h"
+#include "vmm/kvm.h"
+#include "vmm/vcpu.h"
+
+namespace torpor {
+
+class Serial8250;
+class I8042;
+
+struct MachineConfig {
+  std::string kernel;
+  std::string initrd;
+  std::string cmdline;
+  uint32_t vcpus = 2;
+  uint64_t memory_mib = 512;
+  std::vector<BlkOptions> disks;
+  std::optional<uint64_t> vsock_cid;
+  bool rng = false;
+  std::string console_log;
+  size_t console_ring_bytes = 64 * 1024;
+  std::string kvm_device = "/dev/kvm";
+};
+
+enum class MachineState { Created, Running, Paused, Stopped, Failed };
+const char* machine_state_name(MachineState s);
+
+struct ExitReason {
+  std::string kind;
+  std::string message;
+  std::string console_tail;
+};
+
+struct MachineStats {
+  uint64_t exits = 0, pio_exits = 0, mmio_exits = 0, halt_exits = 0;
+  uint64_t create_to_first_run_ns = 0;
+};
+
+class Machine final : private VcpuHost {
+ public:
+  // code == nullptr: success.
+  using Done = std::function<void(const char* code, const std::string& message)>;
+  struct Callbacks {
+    std::function<void()> console_pending;  // Console has bytes to take
+    std::function<void(MachineState, const ExitReason&)> exited;
+  };
+
+  // Builds the VM, loads the kernel, creates devices and vCPUs; no thread
+  // runs yet. Throws torpor::Error (KVM_UNAVAILABLE, BOOT_FAILED, ...).
+  Machine(const MachineConfig& cfg, Callbacks callbacks);
+  ~Machine() override;  // stop()s
+
+  void start(Done done);   // Created -> Running; done once every vCPU entered KVM_RUN
+  void pause(Done done);   // Running -> Paused; done once every vCPU is parked
+  void resume();           // Paused -> Running
+  // Ends the machine (reason 'stop' unless the guest ended it first), joins
+  // every thread. Idempotent; safe from any thread except a vCPU or I/O thread.
+  ExitReason stop();
+
+  MachineState state() const;
+  std::optional<ExitReason> exit_reason() const;
+  MachineStats stats() const;
+  std::string kernel_cmdline() const { return cmdline_; }
+
+  Console& console() { return *console_; }
+  // Serial input; returns bytes accepted.
+  size_t console_input(const uint8_t* data, size_t len);
+  GuestMemory& memory() { return ram_->memory(); }
+  VsockHost* vsock() { return vsock_host_; }
+  HostKind host_kind() const { return host_kind_; }
+
+ private:
+  void vcpu_pio(uint16_t port, uint8_t* data, size_t len, bool is_write) override;
+  void vcpu_mmio(uint64_t addr, uint8_t* data, size_t len, bool is_write) override;
+  void vcpu_entered(uint32_t index) override;
+  void vcpu_parked(uint32_t index) override;
+  void vcpu_guest_ended(uint32_t index, bool failed, const std::string& kind, const std::string& message) override;
+  void vcpu_exited(uint32_t index) override;
+
+  void add_virtio(std::unique_ptr<VirtioMmioDevice> dev, std::unique_ptr<KvmIrqLine> irq);
+  // Called once all vCPU threads are gone: stops the I/O thread, fixes the
+  // final state, fires pending completions and the exit callback.
+  void finish();
+  void end_locked(bool failed, const std::string& kind, const std::string& message);
+
+  Callbacks callbacks_;
+  std::chrono::steady_clock::time_point created_at_;
+  KickSignalRef kick_ref_;
+  HostKind host_kind_;
+  std::unique_ptr<KvmSystem> kvm_;
+  std::unique_ptr<KvmVm> vm_;
+  std::unique_ptr<GuestRam> ram_;
+  std::unique_ptr<EventLoop> loop_;
+  std::unique_ptr<Console> console_;
+  Bus pio_bus_, mmio_bus_;
+  std::unique_ptr<KvmIrqLine> serial_irq_;
+  std::unique_ptr<Serial8250> serial_;
+  std::unique_ptr<I8042> i8042_;
+  struct VirtioSlot {
+    std::unique_ptr<KvmIrqLine> irq;
+    std::unique_ptr<VirtioMmioDevice> dev;
+    std::vector<Fd> notify_fds;
+    uint64_t base;
+  };
+  std::vector<VirtioSlot> virtio_;
+  VsockHost* vsock_host_ = nullptr;
+  std::vector<std::unique_ptr<Vcpu>> vcpus_;
+  std::string cmdline_;
+
+  mutable std::mutex mu_;
+  MachineState state_ = MachineState::Created;
+  bool ending_ = false;    // an end was decided (reason_ set)
+  bool finished_ = false;  // finish() ran
+  bool threads_started_ = false;
+  ExitReason reason_;
+  bool failed_ = false;
+  uint32_t entered_ = 0, parked_ = 0, exited_ = 0;
+  std::vector<Done> start_waiters_, pause_waiters_;
+  std::atomic<uint64_t> first_run_ns_{0};
+  std::once_flag finish_once_;
+};
+
+}  // namespace torpor

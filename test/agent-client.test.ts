@@ -1,0 +1,251 @@
+// The AgentClient against the real agent on the host: HELLO, PING, ECHO, request ids re-asked
+// across sessions, reconnect, and hostile frames from either side.
+import { randomBytes } from 'node:crypto';
+import { readFile, rm } from 'node:fs/promises';
+import { createServer, type AddressInfo, type Server, type Socket } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+
+import { AgentClient } from '../lib/agent/client.js';
+import { Fields, FieldWriter } from '../lib/agent/fields.js';
+import { encodeFrame, FrameDecoder } from '../lib/agent/frame.js';
+import { dialUnix, startHostAgent, type HostAgent } from '../lib/agent/host.js';
+import { FLAG_END, FrameType, PROTOCOL_VERSION } from '../lib/agent/protocol.js';
+import { createAgentApi } from '../lib/sandbox/agent-api.js';
+import { TorporError } from '../lib/errors.js';
+import { cleanEnv, ensureAgentBuilt, sleep } from './agent-harness.js';
+
+let agent: HostAgent;
+test.before(async () => {
+  ensureAgentBuilt();
+  agent = await startHostAgent({ env: cleanEnv() });
+});
+test.after(async () => {
+  await agent?.stop();
+});
+
+const code = (c: string) => (e: unknown) => e instanceof TorporError && e.code === c;
+
+test('HELLO, PING, ECHO', async () => {
+  const c = await agent.client();
+  assert.is(c.hello.version, PROTOCOL_VERSION);
+  for (const f of ['exec', 'pty', 'files', 'attach', 'resumed', 'request_ids'] as const) assert.ok(c.supports(f), f);
+  assert.match(c.hello.name, /^torpor-agent/);
+  const skewMs = Math.abs(Number(c.hello.timeNs / 1_000_000n) - Date.now());
+  assert.ok(skewMs < 60_000, `agent clock within a minute (${skewMs} ms)`);
+  const rtt = await c.ping();
+  assert.ok(rtt > 0 && rtt < 100, `rtt ${rtt} ms`);
+  const payload = randomBytes(100_000);
+  const echoed = await c.call(FrameType.ECHO, new FieldWriter().bytes('data', payload));
+  assert.ok(echoed.bytes('data')!.equals(payload));
+  await c.close();
+  assert.ok(code('CONNECTION_CLOSED')(await c.ping().catch((e) => e)));
+});
+
+test('a re-asked request id does not run the command twice', async () => {
+  const marker = join(tmpdir(), `torpor-reask-${process.pid}-${Date.now()}`);
+  const rid = (BigInt(Date.now()) << 20n) | 7n;
+  const fields = () => new FieldWriter().str('shell', `echo ran >> ${marker}; sleep 0.3; echo done`);
+  const a = await agent.client();
+  const b = await agent.client();
+  try {
+    const outA: string[] = [];
+    const first = openExec(a, fields(), rid, outA);
+    const pidA = (await first.started).pid;
+    // The same id from another session: the agent attaches to the same process from offset 0.
+    const outB: string[] = [];
+    const second = openExec(b, fields(), rid, outB);
+    const pidB = (await second.started).pid;
+    assert.is(pidB, pidA);
+    await Promise.all([first.exited, second.exited]);
+    assert.is(outA.join(''), 'done\n');
+    assert.is(outB.join(''), 'done\n');
+    assert.is(await readFile(marker, 'utf8'), 'ran\n');
+    // A finished non-exec request is answered from memory: a second RENAME would fail.
+    await createAgentApi(a).files.write(marker + '.src', 'x');
+    const renameId = rid + 1000n;
+    const ren = () => new FieldWriter().str('path', marker + '.src').str('path2', marker + '.dst');
+    await a.call(FrameType.RENAME, ren(), { requestId: renameId });
+    await b.call(FrameType.RENAME, ren(), { requestId: renameId });
+    const fresh = await b.call(FrameType.RENAME, ren()).catch((e) => e);
+    assert.ok(code('FILE_NOT_FOUND')(fresh), 'the same request under a new id does run (and fails)');
+  } finally {
+    await a.close();
+    await b.close();
+    await rm(marker, { force: true });
+    await rm(marker + '.dst', { force: true });
+  }
+});
+
+function openExec(client: AgentClient, fields: FieldWriter, rid: bigint, out: string[]) {
+  let started!: (v: { pid: number }) => void;
+  let exited!: () => void;
+  const s = { started: new Promise<{ pid: number }>((r) => (started = r)), exited: new Promise<void>((r) => (exited = r)) };
+  client.open(
+    FrameType.EXEC,
+    fields,
+    {
+      onFrame: (type, _flags, f, stream) => {
+        if (type === FrameType.STARTED) started({ pid: f.u32('pid')! });
+        if (type === FrameType.STDOUT) {
+          out.push(f.bytes('data')!.toString());
+          stream.consumed(f.bytes('data')!.length);
+        }
+        if (type === FrameType.EXITED) exited();
+      },
+      onError: (e) => {
+        throw e;
+      },
+    },
+    { requestId: rid },
+  );
+  return s;
+}
+
+test('reconnect: a command in flight survives a transport reset, output once, run once', async () => {
+  const c = await agent.client({ reconnect: true });
+  const api = createAgentApi(c);
+  const marker = join(tmpdir(), `torpor-reconnect-${process.pid}-${Date.now()}`);
+  try {
+    const running = api.commands.run(`echo start; echo x >> ${marker}; sleep 0.4; echo end`);
+    await sleep(150);
+    await c.reconnect();
+    assert.is(c.reconnects, 1);
+    const r = await running;
+    assert.is(r.stdout, 'start\nend\n');
+    assert.is(await readFile(marker, 'utf8'), 'x\n');
+    // and the session works as before
+    assert.is((await api.commands.run(['echo', 'after'])).stdout, 'after\n');
+    // A reset before STARTED arrives: the EXEC is re-asked under its id, still one run.
+    const early = api.commands.run(`echo y >> ${marker}; echo once`);
+    await c.reconnect();
+    assert.is((await early).stdout, 'once\n');
+    assert.is(await readFile(marker, 'utf8'), 'x\ny\n');
+  } finally {
+    await c.close();
+    await rm(marker, { force: true });
+  }
+});
+
+/** Raw connection to the agent; resolves with what the agent sent until it closed the socket. */
+async function rawSession(bytes: Buffer[], hello = true): Promise<{ frames: ReturnType<FrameDecoder['push']>; closed: boolean }> {
+  const sock = await dialUnix(agent.socketPath);
+  const dec = new FrameDecoder();
+  const frames: ReturnType<FrameDecoder['push']> = [];
+  const closed = new Promise<boolean>((resolve) => {
+    sock.on('data', (d) => frames.push(...dec.push(d)));
+    sock.on('close', () => resolve(true));
+    setTimeout(() => resolve(false), 3000);
+  });
+  if (hello) {
+    sock.write(encodeFrame(0, FrameType.HELLO, 0, new FieldWriter().u32('version', 1).u64('features', 63n).str('name', 't').toBuffer()));
+  }
+  for (const b of bytes) sock.write(b);
+  const wasClosed = await closed;
+  sock.destroy();
+  return { frames, closed: wasClosed };
+}
+
+function goawayCode(frames: { type: number; payload: Buffer }[]): string | undefined {
+  const g = frames.find((f) => f.type === FrameType.GOAWAY);
+  return g ? Fields.parse(g.payload).str('code') : undefined;
+}
+
+test('the agent rejects malformed and oversized frames, closes that connection, keeps serving others', async () => {
+  const bystander = await agent.client();
+  const api = createAgentApi(bystander);
+  const oversize = Buffer.alloc(12);
+  oversize.writeUInt32LE(2 * 1024 * 1024, 0);
+  oversize.writeUInt32LE(1, 4);
+  oversize.writeUInt16LE(FrameType.ECHO, 8);
+  const badFlags = encodeFrame(1, FrameType.ECHO, 0x80, new FieldWriter().u64('request_id', 1n).toBuffer());
+  const badField = encodeFrame(1, FrameType.FILE_STAT, 0, Buffer.from([10, 0, 0xff, 0xff, 0xff, 0x7f, 1, 2]));
+  const evenStream = encodeFrame(2, FrameType.ECHO, 0, new FieldWriter().u64('request_id', 9n).toBuffer());
+  const cases: Array<[string, Buffer[], boolean]> = [
+    ['oversized length', [oversize], true],
+    ['unknown flag bits', [badFlags], true],
+    ['field longer than its payload', [badField], true],
+    ['even stream id', [evenStream], true],
+    ['request before HELLO', [encodeFrame(1, FrameType.SYNC, 0)], false],
+    ['wrong version', [encodeFrame(0, FrameType.HELLO, 0, new FieldWriter().u32('version', 99).toBuffer())], false],
+  ];
+  for (const [what, bytes, hello] of cases) {
+    const r = await rawSession(bytes, hello);
+    assert.ok(r.closed, `${what}: connection closed`);
+    assert.is(goawayCode(r.frames), 'PROTOCOL_ERROR', `${what}: GOAWAY PROTOCOL_ERROR`);
+    assert.is((await api.commands.run(['echo', 'still here'])).stdout, 'still here\n', `${what}: others served`);
+  }
+  for (let i = 0; i < 20; i++) {
+    const r = await rawSession([randomBytes(64 + i * 37)]);
+    assert.ok(r.closed || r.frames.length >= 1, 'garbage: closed or answered');
+  }
+  // Unknown frame types get ERR on their stream and the connection stays.
+  const unknown = await rawSession([encodeFrame(1, 1234, FLAG_END, new FieldWriter().u64('request_id', 5n).toBuffer())]);
+  const err = unknown.frames.find((f) => f.stream === 1);
+  assert.is(err?.type, FrameType.ERR);
+  assert.is(unknown.closed, false, 'unknown type: connection kept');
+  assert.ok(await bystander.ping() >= 0);
+  await bystander.close();
+});
+
+/** A hostile "agent": answers HELLO, then sends what `evil` writes. */
+async function hostileServer(evil: (sock: Socket) => void): Promise<{ server: Server; port: number }> {
+  const server = createServer((sock) => {
+    const dec = new FrameDecoder();
+    sock.on('data', (d) => {
+      for (const f of dec.push(d)) {
+        if (f.type === FrameType.HELLO) {
+          sock.write(encodeFrame(0, FrameType.HELLO, 0, new FieldWriter().u32('version', 1).u64('features', 63n).str('name', 'evil').toBuffer()));
+        } else if (f.stream !== 0 && f.type !== FrameType.CREDIT) {
+          evil(sock);
+        }
+      }
+    });
+    sock.on('error', () => undefined);
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  return { server, port: (server.address() as AddressInfo).port };
+}
+
+test('the client rejects malformed and oversized frames from the agent and closes', async () => {
+  const oversized = (sock: Socket) => {
+    const h = Buffer.alloc(12);
+    h.writeUInt32LE(1024 * 1024 + 1, 0);
+    h.writeUInt32LE(1, 4);
+    h.writeUInt16LE(FrameType.OK, 8);
+    sock.write(h);
+  };
+  const overWindow = (sock: Socket) => {
+    // 300 KiB of file data while the reader consumes nothing: beyond the 256 KiB window.
+    sock.write(encodeFrame(1, FrameType.OK, 0, new FieldWriter().u64('size', 5 * 61440).toBuffer()));
+    for (let i = 0; i < 5; i++) {
+      sock.write(encodeFrame(1, FrameType.DATA, 0, new FieldWriter().bytes('data', Buffer.alloc(61440, 97)).toBuffer()));
+    }
+  };
+  const badField = (sock: Socket) => sock.write(encodeFrame(1, FrameType.OK, FLAG_END, Buffer.from([1, 0, 9, 0, 0, 0, 1])));
+  for (const [what, evil] of [['oversized', oversized], ['beyond window', overWindow], ['bad field', badField]] as const) {
+    const { server, port } = await hostileServer(evil);
+    const { connect } = await import('node:net');
+    const c = await AgentClient.connect(connect(port, '127.0.0.1'));
+    const closed = new Promise<TorporError | undefined>((r) => c.onClose(r));
+    let err: unknown;
+    if (what === 'beyond window') {
+      const stream = await createAgentApi(c).files.read('/x', { format: 'stream' });
+      await closed;
+      const reader = stream.getReader();
+      err = await (async () => {
+        for (;;) if ((await reader.read()).done) return 'completed';
+      })().catch((e) => e);
+    } else {
+      err = await c.call(FrameType.SYNC, new FieldWriter()).catch((e) => e);
+    }
+    assert.ok(code('PROTOCOL_ERROR')(err), `${what}: request fails with PROTOCOL_ERROR (${err})`);
+    assert.ok(code('PROTOCOL_ERROR')(await closed), `${what}: client closed`);
+    assert.ok(c.closed);
+    server.close();
+  }
+});
+
+test.run();

@@ -1,0 +1,278 @@
+// The guest agent's process-level duties, run on the host against the real binary:
+// its command line, the readiness line, reaping orphans as a subreaper, and the init
+// duties as PID 1 of a PID namespace (hostname, reaping, poweroff = the namespace ends).
+import { execFileSync, spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
+import { connect, type Socket } from 'node:net';
+import { join } from 'node:path';
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+
+import { FieldWriter, Fields } from '../lib/agent/fields.js';
+import { encodeFrame, FrameDecoder, type Frame } from '../lib/agent/frame.js';
+import { FLAG_END, FrameType } from '../lib/agent/protocol.js';
+
+const AGENT = join(process.cwd(), 'guest/agent/out/torpor-agent');
+// Not under /tmp or /run: with --init the agent mounts fresh tmpfs there (in its own
+// mount namespace), which would hide a socket from the test.
+const WORK = mkdtempSync('/var/tmp/torpor-agent-init-');
+
+test.before(() => {
+  execFileSync('make', ['-s', '-C', 'guest/agent'], { stdio: 'inherit' });
+});
+
+test.after(() => {
+  rmSync(WORK, { recursive: true, force: true });
+});
+
+/** Runs the agent with args, returns exit code and output (for flag checks). */
+function runAgent(args: string[]): { status: number | null; stdout: string; stderr: string } {
+  const r = spawnSync(AGENT, args, { encoding: 'utf8', timeout: 5000 });
+  return { status: r.status, stdout: r.stdout, stderr: r.stderr };
+}
+
+/** Starts a long-running command and resolves with its first stdout line. */
+function startAndReadLine(cmd: string, args: string[]): Promise<{ child: ChildProcess; line: string }> {
+  const child = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+  return new Promise((resolve, reject) => {
+    let out = '';
+    let err = '';
+    const timer = setTimeout(() => reject(new Error(`no readiness line; stderr: ${err}`)), 5000);
+    child.stderr!.on('data', (d: Buffer) => (err += d.toString()));
+    child.stdout!.on('data', (d: Buffer) => {
+      out += d.toString();
+      const nl = out.indexOf('\n');
+      if (nl >= 0) {
+        clearTimeout(timer);
+        resolve({ child, line: out.slice(0, nl) });
+      }
+    });
+    child.on('exit', (code) => reject(new Error(`exited ${code} before ready; stderr: ${err}`)));
+  });
+}
+
+function exited(child: ChildProcess, timeoutMs = 5000): Promise<number | null> {
+  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve(child.exitCode);
+  return new Promise((resolve, reject) => {
+    const t = setTimeout(() => reject(new Error('process did not exit')), timeoutMs);
+    child.once('exit', (code) => {
+      clearTimeout(t);
+      resolve(code);
+    });
+  });
+}
+
+/** A bare protocol connection: HELLO, then requests answered frame by frame. */
+class Conn {
+  private decoder = new FrameDecoder();
+  private frames: Frame[] = [];
+  private waiters: (() => void)[] = [];
+  private nextStream = 1;
+  private nextId = 1n;
+  closed = false;
+
+  private constructor(private sock: Socket) {
+    sock.on('data', (d: Buffer) => {
+      this.frames.push(...this.decoder.push(d));
+      this.wake();
+    });
+    sock.on('close', () => {
+      this.closed = true;
+      this.wake();
+    });
+  }
+
+  private wake(): void {
+    for (const w of this.waiters.splice(0)) w();
+  }
+
+  static async open(path: string): Promise<Conn> {
+    const sock = connect(path);
+    await new Promise<void>((res, rej) => sock.once('connect', res).once('error', rej));
+    const c = new Conn(sock);
+    c.sock.write(encodeFrame(0, FrameType.HELLO, 0, new FieldWriter().u32('version', 1).u64('features', 63n).str('name', 'agent-init.test').toBuffer()));
+    const hello = await c.next((f) => f.stream === 0);
+    assert.is(hello.type, FrameType.HELLO);
+    return c;
+  }
+
+  async next(match: (f: Frame) => boolean, timeoutMs = 10000): Promise<Frame> {
+    const end = Date.now() + timeoutMs;
+    for (;;) {
+      const i = this.frames.findIndex(match);
+      if (i >= 0) return this.frames.splice(i, 1)[0]!;
+      if (this.closed) throw new Error('connection closed');
+      if (Date.now() > end) throw new Error('timed out waiting for a frame');
+      await new Promise<void>((res) => {
+        this.waiters.push(res);
+        setTimeout(res, 100);
+      });
+    }
+  }
+
+  request(type: number, fields: FieldWriter, flags = 0): number {
+    const stream = this.nextStream;
+    this.nextStream += 2;
+    fields.u64('request_id', this.nextId++);
+    this.sock.write(encodeFrame(stream, type, flags, fields.toBuffer()));
+    return stream;
+  }
+
+  /** Runs argv to its end: stdout text and exit code. */
+  async exec(argv: string[]): Promise<{ pid: number; stdout: string; exitCode: number }> {
+    const w = new FieldWriter();
+    for (const a of argv) w.str('arg', a);
+    const stream = this.request(FrameType.EXEC, w);
+    const started = await this.next((f) => f.stream === stream);
+    assert.is(started.type, FrameType.STARTED, 'STARTED');
+    const pid = Fields.parse(started.payload).u32('pid')!;
+    let stdout = '';
+    for (;;) {
+      const f = await this.next((x) => x.stream === stream);
+      if (f.type === FrameType.STDOUT) stdout += Fields.parse(f.payload).bytes('data')!.toString();
+      if (f.type === FrameType.EXITED) return { pid, stdout, exitCode: Fields.parse(f.payload).i32('exit_code')! };
+    }
+  }
+
+  close(): void {
+    this.sock.destroy();
+  }
+}
+
+/** Zombie children of pid, from /proc. */
+function zombieChildren(pid: number): number[] {
+  const out: number[] = [];
+  for (const name of readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      const status = readFileSync(`/proc/${name}/status`, 'utf8');
+      const ppid = Number(/^PPid:\s+(\d+)/m.exec(status)?.[1]);
+      const state = /^State:\s+(\S)/m.exec(status)?.[1];
+      if (ppid === pid && state === 'Z') out.push(Number(name));
+    } catch {
+      // raced with its exit
+    }
+  }
+  return out;
+}
+
+function parentOf(pid: number): number | undefined {
+  try {
+    return Number(/^PPid:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1]);
+  } catch {
+    return undefined;
+  }
+}
+
+test('bad flags print the usage and exit with code 2', () => {
+  for (const args of [['--bogus'], ['--listen'], ['--listen', 'tcp:1234'], ['--listen', 'vsock:'], ['--listen', 'unix:'], ['--hostname'], ['stray']]) {
+    const r = runAgent(args);
+    assert.is(r.status, 2, `exit code for ${args.join(' ')}`);
+    assert.match(r.stderr, /usage: torpor-agent/, `usage for ${args.join(' ')}`);
+  }
+});
+
+test('--help and --version exit 0', () => {
+  const help = runAgent(['--help']);
+  assert.is(help.status, 0);
+  assert.match(help.stdout, /--listen unix:\/path \| vsock:PORT/);
+  const version = runAgent(['--version']);
+  assert.is(version.status, 0);
+  assert.match(version.stdout, /^torpor-agent \d+\.\d+\.\d+ protocol v1/);
+});
+
+test('one readiness line once listening; SIGTERM stops it and removes the socket', async () => {
+  const sock = join(WORK, 'ready.sock');
+  const { child, line } = await startAndReadLine(AGENT, ['--listen', `unix:${sock}`, '--quiet']);
+  try {
+    assert.match(line, new RegExp(`^torpor-agent ready v1 \\d+ unix:${sock}$`));
+    const c = await Conn.open(sock); // listening already when the line came out
+    c.close();
+  } finally {
+    child.kill('SIGTERM');
+  }
+  assert.is(await exited(child), 0);
+  assert.not.ok(existsSync(sock), 'socket file removed');
+});
+
+test('an agent on the host takes its running processes with it when stopped', async () => {
+  const sock = join(WORK, 'stop.sock');
+  const { child } = await startAndReadLine(AGENT, ['--listen', `unix:${sock}`, '--quiet']);
+  const c = await Conn.open(sock);
+  const stream = c.request(FrameType.EXEC, new FieldWriter().str('arg', 'sleep').str('arg', '30'));
+  const started = await c.next((f) => f.stream === stream);
+  assert.is(started.type, FrameType.STARTED);
+  const pid = Fields.parse(started.payload).u32('pid')!;
+  assert.ok(existsSync(`/proc/${pid}`), 'sleep is running');
+  c.close();
+  child.kill('SIGTERM');
+  assert.is(await exited(child), 0);
+  const deadline = Date.now() + 3000;
+  // Killed, then reaped by whoever inherits it; a zombie would still show its /proc entry.
+  while (existsSync(`/proc/${pid}`) && Date.now() < deadline) await new Promise((res) => setTimeout(res, 20));
+  assert.not.ok(existsSync(`/proc/${pid}`), 'sleep was killed with the agent');
+});
+
+test('as a subreaper the agent reaps an orphaned grandchild (no zombie left)', async () => {
+  const sock = join(WORK, 'reaper.sock');
+  const { child } = await startAndReadLine(AGENT, ['--listen', `unix:${sock}`, '--subreaper', '--quiet']);
+  const agentPid = child.pid!;
+  const c = await Conn.open(sock);
+  try {
+    // The shell starts a background sleep and exits at once: the sleep is orphaned and,
+    // with the agent a subreaper, re-parented to the agent instead of to init.
+    const r = await c.exec(['/bin/sh', '-c', 'sleep 0.5 & echo $!']);
+    assert.is(r.exitCode, 0);
+    const orphan = Number(r.stdout.trim());
+    assert.ok(orphan > 0, 'orphan pid printed');
+    assert.is(parentOf(orphan), agentPid, 'the orphan now belongs to the agent');
+    const deadline = Date.now() + 5000;
+    while (existsSync(`/proc/${orphan}`) && Date.now() < deadline) await new Promise((res) => setTimeout(res, 50));
+    assert.not.ok(existsSync(`/proc/${orphan}`), 'orphan reaped (a zombie would still be in /proc)');
+    assert.equal(zombieChildren(agentPid), [], 'no zombie children of the agent');
+  } finally {
+    c.close();
+    child.kill('SIGTERM');
+    await exited(child);
+  }
+});
+
+test('init duties as PID 1 of a PID namespace: hostname, reaping, poweroff ends it', async () => {
+  const probe = spawnSync('unshare', ['--fork', '--pid', '--mount', '--uts', '--kill-child', 'true'], { timeout: 5000 });
+  if (probe.status !== 0) {
+    console.log('  skipped: unshare --pid --mount --uts is not permitted on this host (needs root)');
+    return;
+  }
+  const sock = join(WORK, 'init.sock');
+  const { child } = await startAndReadLine('unshare', [
+    '--fork', '--pid', '--mount', '--uts', '--kill-child',
+    AGENT, '--listen', `unix:${sock}`, '--hostname', 'torpor-init-test', '--console', '-', '--quiet',
+  ]);
+  const c = await Conn.open(sock);
+  try {
+    // PID 1 implies --init: the hostname is set (in the namespace only).
+    const host = await c.exec(['/bin/hostname']);
+    assert.is(host.stdout.trim(), 'torpor-init-test');
+    // Our own children see the agent, PID 1, as their parent.
+    const ppid = await c.exec(['/bin/sh', '-c', 'echo $PPID']);
+    assert.is(ppid.stdout.trim(), '1');
+    // An orphan lands on PID 1 (the agent) and is reaped by it.
+    const orphan = await c.exec(['/bin/sh', '-c', 'sleep 0.3 & echo $!']);
+    const inner = Number(orphan.stdout.trim());
+    await new Promise((res) => setTimeout(res, 600));
+    const ps = await c.exec(['/bin/sh', '-c', `test -d /proc/${inner} && cat /proc/${inner}/stat || echo gone`]);
+    // /proc is the host's here (already a mount point, so left alone), so look up by host pid too.
+    assert.ok(ps.stdout.includes('gone') || !/ Z /.test(ps.stdout), `orphan ${inner} reaped: ${ps.stdout}`);
+    // POWEROFF: OK first, then reboot(2), which in a PID namespace ends the namespace.
+    const s = c.request(FrameType.POWEROFF, new FieldWriter());
+    const ok = await c.next((f) => f.stream === s);
+    assert.is(ok.type, FrameType.OK);
+    assert.ok(ok.flags & FLAG_END);
+    await exited(child, 5000);
+  } finally {
+    c.close();
+    child.kill('SIGTERM');
+  }
+});
+
+test.run();

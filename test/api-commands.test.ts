@@ -1,0 +1,168 @@
+// commands.run / list / connect / sendStdin / kill against the real agent on the host.
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+
+import { CommandExitError, TorporError } from '../lib/errors.js';
+import { hostApi, isRoot, sleep, until, type HostApi } from './agent-harness.js';
+
+let api: HostApi;
+test.before(async () => {
+  api = await hostApi();
+});
+test.after(async () => {
+  await api?.close();
+});
+
+const code = (c: string) => (e: unknown) => e instanceof TorporError && e.code === c;
+
+test('stdout, stderr and the exit code are kept apart', async () => {
+  const r = await api.commands.run('echo out; echo err >&2; exit 3', { throwOnError: false });
+  assert.equal(r, { exitCode: 3, stdout: 'out\n', stderr: 'err\n' });
+  try {
+    await api.commands.run('echo partial; echo bad >&2; exit 7');
+    assert.unreachable('should throw');
+  } catch (err) {
+    assert.instance(err, CommandExitError);
+    const e = err as CommandExitError;
+    assert.is(e.code, 'COMMAND_EXIT');
+    assert.is(e.exitCode, 7);
+    assert.is(e.stdout, 'partial\n');
+    assert.is(e.stderr, 'bad\n');
+  }
+});
+
+test('argv form runs without a shell', async () => {
+  const r = await api.commands.run(['printf', '%s|', 'a b', '$HOME', "it's"]);
+  assert.is(r.stdout, "a b|$HOME|it's|");
+  const missing = await api.commands.run(['/nonexistent/program'], { throwOnError: false }).catch((e) => e);
+  assert.ok(missing instanceof TorporError, 'a missing program is an error or a non-zero exit');
+});
+
+test('envs and cwd', async () => {
+  const r = await api.commands.run('echo "$FOO-$BAR"; pwd', { envs: { FOO: 'foo value', BAR: 'x=y' }, cwd: '/tmp' });
+  assert.is(r.stdout, 'foo value-x=y\n/tmp\n');
+});
+
+test('user: run as nobody', async () => {
+  if (!isRoot) {
+    console.log('  (skipped: the host agent is not root, so it cannot switch users)');
+    return;
+  }
+  const r = await api.commands.run(['id', '-un'], { user: 'nobody' });
+  assert.is(r.stdout.trim(), 'nobody');
+  const unknown = await api.commands.run(['true'], { user: 'no-such-user-xyz' }).catch((e) => e);
+  assert.instance(unknown, TorporError);
+});
+
+test('stdin round trip: background handle, and the stdin option', async () => {
+  const h = await api.commands.run(['cat'], { background: true, stdin: true });
+  await h.sendStdin('hello ');
+  await h.sendStdin(new Uint8Array([0x77, 0x6f, 0x72, 0x6c, 0x64]));
+  await h.closeStdin();
+  const r = await h.wait();
+  assert.is(r.stdout, 'hello world');
+  const big = 'z'.repeat(300_000);
+  const wc = await api.commands.run(['wc', '-c'], { stdin: big });
+  assert.is(wc.stdout.trim(), '300000');
+});
+
+test('10 MiB of output arrives complete and in order', async () => {
+  const n = 1_300_000; // seq 1..n is ~9.9 MB
+  let viaCallback = 0;
+  const r = await api.commands.run(['seq', '1', String(n)], {
+    onStdout: (s) => {
+      viaCallback += s.length;
+    },
+  });
+  const lines = r.stdout.split('\n');
+  assert.is(lines.length, n + 1);
+  for (let i = 0; i < n; i += 9973) assert.is(lines[i], String(i + 1));
+  assert.is(lines[n - 1], String(n));
+  assert.is(viaCallback, r.stdout.length);
+  const bytes = await api.commands.run('head -c 10485760 /dev/zero | tr "\\0" a');
+  assert.is(bytes.stdout.length, 10485760);
+  assert.ok(/^a+$/.test(bytes.stdout));
+});
+
+test('background: listed, reattached from an offset with no gap or duplicate, killed', async () => {
+  const script = 'i=0; while :; do echo line$i; i=$((i+1)); sleep 0.005; done';
+  const h = await api.commands.run(script, { background: true, tag: 'ticker' });
+  await until(() => h.stdout.split('\n').length > 20, 5000, 'first lines');
+  await h.disconnect();
+  const firstPart = h.stdout;
+  const offsets = h.offsets;
+  assert.is(offsets.stdout, Buffer.byteLength(firstPart));
+  await sleep(100); // output continues while nobody listens
+
+  const listed = await api.commands.list();
+  const me = listed.find((p) => p.pid === h.pid);
+  assert.ok(me, 'listed');
+  assert.is(me!.running, true);
+  assert.is(me!.tag, 'ticker');
+  assert.is(me!.cmd, '/bin/bash');
+
+  const again = await api.commands.connect(h.pid, { fromOffset: offsets });
+  await until(() => again.stdout.split('\n').length > 40, 5000, 'more lines');
+  assert.is(await api.commands.kill(h.pid), true);
+  const end = await again.wait().catch((e) => e);
+  const all = (firstPart + again.stdout).split('\n').filter(Boolean);
+  all.forEach((line, i) => assert.is(line, `line${i}`));
+  assert.ok(all.length > 40);
+  assert.ok(end instanceof CommandExitError, 'killed -> non-zero');
+  assert.is((end as CommandExitError).signal, 'SIGKILL');
+  assert.is(await api.commands.kill(h.pid), false, 'a dead process cannot be killed again');
+  await until(async () => !(await api.commands.list()).find((p) => p.pid === h.pid)?.running, 3000, 'not running');
+});
+
+test('OUTPUT_LOST when the offset fell out of the kept tail; a kept offset replays exactly', async () => {
+  const total = 3 * 1024 * 1024;
+  const h = await api.commands.run(`head -c ${total} /dev/zero | tr "\\0" q`, { background: true });
+  await h.disconnect();
+  await until(async () => (await api.commands.list()).find((p) => p.pid === h.pid)?.running === false, 10000, 'exit');
+  const lost = await api.commands.connect(h.pid, { fromOffset: { stdout: 0, stderr: 0 } }).catch((e) => e);
+  assert.ok(code('OUTPUT_LOST')(lost), `expected OUTPUT_LOST, got ${lost}`);
+  const tail = await api.commands.connect(h.pid, { fromOffset: { stdout: total - 1000, stderr: 0 } });
+  const r = await tail.wait();
+  assert.is(r.stdout, 'q'.repeat(1000));
+  assert.is(r.exitCode, 0);
+  // Without an offset: the oldest kept byte onwards (the agent keeps the last 1 MiB).
+  const dflt = await api.commands.connect(h.pid);
+  const all = await dflt.wait();
+  assert.is(all.stdout.length, 1024 * 1024);
+  assert.is(dflt.offsets.stdout, total);
+});
+
+test('timeoutMs kills the command and throws TIMEOUT', async () => {
+  const t0 = Date.now();
+  const err = await api.commands.run('echo before; sleep 10', { timeoutMs: 1000 }).catch((e) => e);
+  assert.ok(code('TIMEOUT')(err), String(err));
+  assert.is((err as { stdout?: string }).stdout, 'before\n');
+  assert.ok(Date.now() - t0 < 6000);
+});
+
+test('bad arguments are INVALID_ARGUMENT before anything runs', async () => {
+  const bad: Array<() => Promise<unknown>> = [
+    () => api.commands.run(''),
+    () => api.commands.run([]),
+    () => api.commands.run('true', { timeoutMs: -1 }),
+    () => api.commands.run('true', { envs: { 'A=B': 'x' } }),
+    () => api.commands.run('true', { bogus: 1 } as never),
+    () => api.commands.connect(0),
+    () => api.commands.kill(1, 'SIGNOPE' as never),
+  ];
+  for (const b of bad) assert.ok(code('INVALID_ARGUMENT')(await b().catch((e) => e)));
+  assert.ok(code('PROCESS_NOT_FOUND')(await api.commands.connect(4_000_000).catch((e) => e)));
+});
+
+test('100 concurrent commands on one connection', async () => {
+  const runs = Array.from({ length: 100 }, (_, i) =>
+    i % 2 ? api.commands.run(['echo', `argv-${i}`]) : api.commands.run(`echo shell-${i}; echo e${i} >&2`),
+  );
+  const results = await Promise.all(runs);
+  results.forEach((r, i) => {
+    assert.is(r.stdout, i % 2 ? `argv-${i}\n` : `shell-${i}\n`);
+    assert.is(r.stderr, i % 2 ? '' : `e${i}\n`);
+  });
+});
+
+test.run();

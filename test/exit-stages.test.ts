@@ -1,0 +1,75 @@
+// The Node process (or worker) ends at every stage of a machine's life and
+// exits cleanly: the env cleanup hook (natural end, worker end) or the
+// atexit handler (process.exit, uncaught exception) stops the vCPU and I/O
+// threads before anything they touch goes away. Each case is a child process
+// running test/fixtures/exit-stage.ts.
+import { spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+
+import { kvmSkipReason } from './vmm-guests.js';
+
+const skip = kvmSkipReason();
+if (skip) console.log(`exit-stages: skipped, ${skip}`);
+const kvmTest = skip ? test.skip : test;
+
+const fixture = fileURLToPath(new URL('./fixtures/exit-stage.ts', import.meta.url));
+const stages = ['created', 'running', 'paused', 'during-pause', 'stopped'] as const;
+const ways = ['exit', 'natural', 'throw', 'worker'] as const;
+const CRASH = /FATAL ERROR|Segmentation fault|Aborted|terminate called|core dumped|double free|napi_|SIGABRT|SIGSEGV/;
+
+interface Run {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  out: string;
+  err: string;
+}
+
+function run(stage: string, how: string): Promise<Run> {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, ['--import', 'tsx', fixture, stage, how], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    let err = '';
+    child.stdout.on('data', (d) => (out += d));
+    child.stderr.on('data', (d) => (err += d));
+    const timer = setTimeout(() => child.kill('SIGKILL'), 30_000);
+    child.on('close', (code, signal) => {
+      clearTimeout(timer);
+      resolve({ code, signal, out, err });
+    });
+  });
+}
+
+async function pool<T, R>(items: T[], width: number, fn: (t: T) => Promise<R>): Promise<R[]> {
+  const results: R[] = new Array(items.length);
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: width }, async () => {
+      while (next < items.length) {
+        const i = next++;
+        results[i] = await fn(items[i]!);
+      }
+    }),
+  );
+  return results;
+}
+
+kvmTest('exit, natural end, uncaught exception and worker end at every stage exit cleanly', async () => {
+  const cases = stages.flatMap((stage) => ways.map((how) => ({ stage, how })));
+  const results = await pool(cases, 2, async (c) => ({ ...c, r: await run(c.stage, c.how) }));
+  const failures: string[] = [];
+  for (const { stage, how, r } of results) {
+    const what = `${stage}/${how}: code=${r.code} signal=${r.signal} stderr=${JSON.stringify(r.err.slice(-400))}`;
+    const expectedCode = how === 'throw' ? 1 : 0;
+    if (r.signal !== null || r.code !== expectedCode) failures.push(`${what} (expected exit code ${expectedCode})`);
+    else if (!r.out.includes(`reached ${stage}`)) failures.push(`${what}: the stage was not reached: ${r.out}`);
+    else if (CRASH.test(r.err) || CRASH.test(r.out)) failures.push(`${what}: crash output`);
+    else if (how === 'throw' && !r.err.includes(`deliberate uncaught exception at ${stage}`)) failures.push(`${what}: no exception report`);
+    else if (how === 'worker' && !r.out.includes('worker exited 0, torpor threads left: 0'))
+      failures.push(`${what}: worker did not end cleanly: ${r.out}`);
+  }
+  assert.equal(failures, [], failures.join('\n'));
+});
+
+test.run();

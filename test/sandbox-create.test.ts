@@ -1,0 +1,56 @@
+// Sandbox.create: options are validated before anything starts, and a host that cannot boot a
+// Linux guest gets KVM_UNAVAILABLE saying why (runs on every host, no VM needed).
+import { mkdtemp, readdir, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+
+import { Sandbox, linuxGuestSupport } from '../lib/sandbox/sandbox.js';
+import { TorporError } from '../lib/errors.js';
+
+const code = (c: string) => (e: unknown) => e instanceof TorporError && e.code === c;
+
+test('invalid options are INVALID_ARGUMENT before anything starts', async () => {
+  const home = await mkdtemp(join(tmpdir(), 'torpor-home-'));
+  const saved = process.env.TORPOR_HOME;
+  process.env.TORPOR_HOME = home;
+  try {
+    const bad: unknown[] = [
+      { vcpus: 0 },
+      { vcpus: 1.5 },
+      { memoryMiB: 1 },
+      { envs: { A: 1 } },
+      { metadata: 'x' },
+      { boot: { timeoutMs: -5 } },
+      { boot: { kernel: '/nonexistent/vmlinux' } },
+      { timeoutMs: 0 },
+      { bogus: true },
+      'base',
+    ];
+    for (const opts of bad) {
+      const err = await Sandbox.create(opts as never).catch((e) => e);
+      assert.ok(code('INVALID_ARGUMENT')(err), `${JSON.stringify(opts)} -> ${err}`);
+    }
+    assert.ok(code('TEMPLATE_NOT_FOUND')(await Sandbox.create({ template: 'nope' }).catch((e) => e)));
+    assert.equal(await readdir(home), [], 'nothing was created');
+  } finally {
+    if (saved === undefined) delete process.env.TORPOR_HOME;
+    else process.env.TORPOR_HOME = saved;
+    await rm(home, { recursive: true, force: true });
+  }
+});
+
+test('a host that cannot boot Linux: KVM_UNAVAILABLE says why and what to do', async () => {
+  const support = await linuxGuestSupport();
+  if (support.ok) {
+    console.log('  (this host can boot a Linux guest: see sandbox-linux.test.ts)');
+    return;
+  }
+  const err = await Sandbox.create().catch((e) => e);
+  assert.ok(code('KVM_UNAVAILABLE')(err), String(err));
+  assert.ok((err as Error).message.includes(support.reason));
+  assert.match((err as Error).message, /TORPOR_KERNEL|\/dev\/kvm/);
+});
+
+test.run();
