@@ -79,6 +79,37 @@ test('a re-asked request id does not run the command twice', async () => {
   }
 });
 
+test('a re-asked request still in progress answers pending; the client asks again until it is done', async () => {
+  const path = join(tmpdir(), `torpor-pending-${process.pid}-${Date.now()}`);
+  const rid = (BigInt(Date.now()) << 20n) | 99n;
+  const a = await agent.client();
+  const b = await agent.client();
+  try {
+    let okA!: (f: Fields) => void;
+    const answerA = new Promise<Fields>((r) => (okA = r));
+    const fields = () => new FieldWriter().str('path', path).u32('mode', 0o644);
+    const writer = a.open(FrameType.FILE_WRITE, fields(), {
+      onFrame: (type, _flags, f) => type === FrameType.OK && okA(f),
+      onError: (e) => {
+        throw e;
+      },
+    }, { requestId: rid });
+    await writer.sendData(FrameType.DATA, Buffer.from('first half, '), false);
+    // Session b asks about the same request while a is still writing.
+    const answerB = b.call(FrameType.FILE_WRITE, fields(), { requestId: rid });
+    await sleep(150); // b has been told `pending` and keeps asking
+    await writer.sendData(FrameType.DATA, Buffer.from('second half'), true);
+    const [fa, fb] = await Promise.all([answerA, answerB]);
+    assert.is(fa.u64n('size'), 23);
+    assert.is(fb.u64n('size'), 23, 'b got the remembered answer');
+    assert.is(await readFile(path, 'utf8'), 'first half, second half');
+  } finally {
+    await a.close();
+    await b.close();
+    await rm(path, { force: true });
+  }
+});
+
 function openExec(client: AgentClient, fields: FieldWriter, rid: bigint, out: string[]) {
   let started!: (v: { pid: number }) => void;
   let exited!: () => void;

@@ -237,6 +237,42 @@ test('as a subreaper the agent reaps an orphaned grandchild (no zombie left)', a
   }
 });
 
+test('--init in the host namespaces neither mounts nor renames the host', async () => {
+  const before = execFileSync('hostname', { encoding: 'utf8' });
+  const sock = join(WORK, 'hostinit.sock');
+  const child = spawn(AGENT, ['--init', '--listen', `unix:${sock}`, '--hostname', 'must-not-happen'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let err = '';
+  child.stderr!.on('data', (d: Buffer) => (err += d.toString()));
+  await new Promise<void>((res) => child.stdout!.once('data', () => res()));
+  child.kill('SIGTERM');
+  await exited(child);
+  assert.is(execFileSync('hostname', { encoding: 'utf8' }), before);
+  assert.match(err, /mounts skipped/);
+  assert.match(err, /hostname left alone/);
+});
+
+test('--init in namespaces of its own (not PID 1): hostname set, subreaper implied', async () => {
+  const probe = spawnSync('unshare', ['--mount', '--uts', 'true'], { timeout: 5000 });
+  if (probe.status !== 0) {
+    console.log('  skipped: unshare --mount --uts is not permitted on this host (needs root)');
+    return;
+  }
+  const sock = join(WORK, 'nsinit.sock');
+  const { child } = await startAndReadLine('unshare', [
+    '--mount', '--uts', AGENT, '--init', '--listen', `unix:${sock}`, '--hostname', 'torpor-ns-test', '--quiet',
+  ]);
+  const c = await Conn.open(sock);
+  try {
+    assert.is((await c.exec(['/bin/hostname'])).stdout.trim(), 'torpor-ns-test');
+    const r = await c.exec(['/bin/sh', '-c', 'sleep 1 >/dev/null 2>&1 & echo $!']);
+    assert.is(parentOf(Number(r.stdout.trim())), child.pid, 'orphan re-parented to the agent (subreaper)');
+  } finally {
+    c.close();
+    child.kill('SIGTERM');
+    await exited(child);
+  }
+});
+
 test('init duties as PID 1 of a PID namespace: hostname, reaping, poweroff ends it', async () => {
   const probe = spawnSync('unshare', ['--fork', '--pid', '--mount', '--uts', '--kill-child', 'true'], { timeout: 5000 });
   if (probe.status !== 0) {

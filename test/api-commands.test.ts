@@ -64,6 +64,9 @@ test('stdin round trip: background handle, and the stdin option', async () => {
   const big = 'z'.repeat(300_000);
   const wc = await api.commands.run(['wc', '-c'], { stdin: big });
   assert.is(wc.stdout.trim(), '300000');
+  // A program that exits without reading its input: the exit status is the answer.
+  const early = await api.commands.run(['sh', '-c', 'exit 0'], { stdin: 'x'.repeat(500_000) });
+  assert.is(early.exitCode, 0);
 });
 
 test('10 MiB of output arrives complete and in order', async () => {

@@ -163,3 +163,8 @@ export function kvmSkipReason(): string | null {
 }
 
 export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+/** `in al, 0x80; jmp .-2`: one PIO exit per iteration (port 0x80 is unmapped: reads 0xff). */
+export const PIO_LOOP = Buffer.from('e480ebfc', 'hex');
+/** `mov eax, [0xc0000000]; jmp .-7`: one MMIO exit per iteration (the MMIO hole, unmapped). */
+export const MMIO_LOOP = Buffer.from('a1000000c0ebf9', 'hex');

@@ -55,7 +55,7 @@ kvmTest('boots to its banner and answers on the serial port', async () => {
   await m.start();
   await m.waitForConsole('torpor-testvm ready\n', 10_000);
   const bannerMs = performance.now() - t0;
-  const boot = await m.waitForConsole(/boot=ok[^\n]*/, 10_000);
+  const boot = await m.waitForConsole(/boot=ok[^\n]*\n/, 10_000);
   assert.match(boot, /ram_mib=6[34] /);
   assert.match(await command(m, 'echo hello   serial world', 'echo'), /^echo=hello serial world$/);
   const info = await command(m, 'info', 'info');

@@ -32,6 +32,9 @@ export class Connection {
   private closed = false;
   private drainWaiters: Array<() => void> = [];
   private helloResolve: ((fields: Fields) => void) | null = null;
+  private helloReject: ((err: TorporError) => void) | null = null;
+  /** onClose was called (exactly once per connection). */
+  private reported = false;
 
   private constructor(
     private readonly socket: Duplex,
@@ -156,8 +159,6 @@ export class Connection {
       timeNs: fields.i64('time_ns') ?? 0n,
     };
   }
-  private helloReject: ((err: TorporError) => void) | null = null;
-
   private receive(chunk: Buffer): void {
     if (this.closed) return;
     let frames: Frame[];
@@ -227,7 +228,6 @@ export class Connection {
     this.reportClose(err, false);
   }
 
-  private reported = false;
   private reportClose(err: TorporError | undefined, byGoaway: boolean): void {
     if (this.reported) return;
     this.reported = true;
@@ -246,7 +246,8 @@ export class Connection {
       for (const waiter of this.pings.values()) waiter.fail(failure);
       this.pings.clear();
       this.releaseDrainWaiters();
-      // A local close (no error) is reported by close()'s caller path only when an error exists.
+      // A local close has no error to report; it is reported after the caller (protocolFailure)
+      // had its chance to report the error that made it close.
       if (err) this.reportClose(err, byGoaway);
       else if (!this.reported) queueMicrotask(() => this.reportClose(undefined, false));
     }

@@ -95,8 +95,14 @@ export class Commands implements ProcessControl {
     const label = Array.isArray(cmd) ? cmd.join(' ') : cmd;
     const handle = await this.start(request, opts, label);
     if (typeof opts.stdin === 'string' || opts.stdin instanceof Uint8Array) {
-      await this.sendStdin(handle.pid, opts.stdin);
-      await this.closeStdin(handle.pid);
+      try {
+        await this.sendStdin(handle.pid, opts.stdin);
+        await this.closeStdin(handle.pid);
+      } catch (err) {
+        // A program may exit without reading its input (`true`, `head -1`): its exit status is
+        // the answer then, not the failed write. Anything else is the caller's to see.
+        if (opts.background || !isStdinGone(err)) throw err;
+      }
     }
     if (opts.background) return handle;
     return handle.wait();
@@ -294,4 +300,11 @@ export function toExecRequest(cmd: string | string[], opts: CommandStartOpts): E
   const timeout = opts.timeoutMs ?? (opts.background ? 0 : DEFAULT_FOREGROUND_TIMEOUT_MS);
   if (timeout) req.timeoutMs = timeout;
   return req;
+}
+
+/** Writing stdin failed because the process already closed it or ended. */
+function isStdinGone(err: unknown): boolean {
+  if (!(err instanceof TorporError)) return false;
+  if ((err.code as string) === 'PROCESS_NOT_FOUND') return true;
+  return err.code === 'REQUEST_FAILED' && /EPIPE|closed/.test(err.message);
 }

@@ -72,10 +72,40 @@ static void mount_all(void) {
       log_error("symlink %s: %s", links[i][1], strerror(errno));
 }
 
+/* -1 when unknown, else whether /proc/self/ns/<ns> and /proc/<pid>/ns/<ns> are one. */
+static int same_namespace(const char *ns, pid_t pid) {
+  char a[256], b[256], mine[64], other[64];
+  snprintf(mine, sizeof mine, "/proc/self/ns/%s", ns);
+  snprintf(other, sizeof other, "/proc/%d/ns/%s", (int)pid, ns);
+  ssize_t na = readlink(mine, a, sizeof a - 1), nb = readlink(other, b, sizeof b - 1);
+  if (na <= 0 || nb <= 0) return -1;
+  return na == nb && memcmp(a, b, (size_t)na) == 0;
+}
+
+/* Whether namespace `ns` ("mnt", "uts") may be the host's: shared with the system's
+ * PID 1 or, when that one cannot be inspected (a container), with our parent. Unknown
+ * counts as shared. */
+static int maybe_host_namespace(const char *ns) {
+  int with_init = same_namespace(ns, 1);
+  if (with_init >= 0) return with_init;
+  int with_parent = same_namespace(ns, getppid());
+  return with_parent != 0;
+}
+
 void init_system(const struct agent_options *o) {
-  mount_all();
+  /* --init on a host must never mount over the host's /tmp or rename the host: outside
+   * PID 1, act only inside namespaces of its own (unshare --mount --uts). */
+  int may_mount = o->is_pid1 || !maybe_host_namespace("mnt");
+  int may_name = o->is_pid1 || !maybe_host_namespace("uts");
+  if (may_mount)
+    mount_all();
+  else
+    log_error("--init: not in a mount namespace of its own: mounts skipped");
   init_stdio(); /* /dev/null exists now if the kernel found no /dev at boot */
-  if (sethostname(o->hostname, strlen(o->hostname)) != 0) log_error("sethostname: %s", strerror(errno));
+  if (!may_name)
+    log_error("--init: not in a UTS namespace of its own: hostname left alone");
+  else if (sethostname(o->hostname, strlen(o->hostname)) != 0)
+    log_error("sethostname: %s", strerror(errno));
   if (o->is_pid1) {
     umask(022);
     /* The kernel hands init HOME=/ and TERM=linux and no PATH. */
@@ -118,6 +148,12 @@ void init_ready(const struct agent_options *o) {
 void init_shutdown(int reboot_instead) {
   conn_flush_all_blocking(500);
   sync();
-  log_info("%s", reboot_instead ? "rebooting" : "powering off");
-  if (reboot(reboot_instead ? RB_AUTOBOOT : RB_POWER_OFF) != 0) log_error("reboot(2): %s", strerror(errno));
+  /* Without ACPI (our guest kernel) a power-off only halts the CPUs, which the VMM
+   * cannot see (HLT stays inside KVM); the i8042 reset of RB_AUTOBOOT stops the machine
+   * visibly. So power off for real only where the kernel can. */
+  struct stat st;
+  int can_power_off = stat("/sys/firmware/acpi", &st) == 0;
+  int cmd = reboot_instead || !can_power_off ? RB_AUTOBOOT : RB_POWER_OFF;
+  log_info("%s", cmd == RB_AUTOBOOT ? "rebooting (i8042 reset)" : "powering off");
+  if (reboot(cmd) != 0) log_error("reboot(2): %s", strerror(errno));
 }

@@ -70,7 +70,10 @@ int main(int argc, char **argv) {
   init_stdio();
   switch (args_parse(argc, argv, &opts)) {
     case ARGS_OK: break;
-    case ARGS_EXIT_OK: return 0;
+    case ARGS_EXIT_OK:
+      if (!opts.is_pid1) return 0;
+      args_parse(1, argv, &opts); /* --help on a kernel command line: PID 1 never exits */
+      break;
     case ARGS_USAGE:
       if (!opts.is_pid1) return 2;
       /* PID 1 serves with the defaults rather than panic the kernel. */

@@ -14,6 +14,7 @@
 static struct proc *procs; /* newest first */
 static unsigned ended_count;
 static uint64_t ended_seq;
+static int evict_pending; /* an ended process may be evictable: look at the next tick */
 
 /* Output frames carry at most this much data: big enough for throughput, small enough
  * to interleave streams fairly. */
@@ -138,6 +139,7 @@ static void maybe_finish(struct proc *p) {
   pump_subs(p);
   /* Eviction waits for proc_tick: a later event of this loop iteration may still point
    * at this process's watchers. */
+  evict_pending = 1;
 }
 
 static void on_out(struct watcher *w, uint32_t events) {
@@ -174,9 +176,10 @@ void proc_unsubscribe(struct proc_sub *sub) {
     }
   }
   free(sub);
-  /* The slowest reader may be gone: resume reading, and evict when over the limit. */
+  /* The slowest reader may be gone: resume reading; the process may be evictable now. */
   update_out_interest(&p->out[0]);
   update_out_interest(&p->out[1]);
+  if (p->finished) evict_pending = 1;
 }
 
 static void send_exited(struct proc_sub *sub) {
@@ -425,11 +428,14 @@ void proc_tick(void) {
       maybe_finish(p);
     }
   }
-  evict_ended();
+  if (evict_pending) {
+    evict_pending = 0;
+    evict_ended();
+  }
 }
 
 uint64_t proc_next_deadline(void) {
-  if (ended_count > PROC_KEEP_ENDED) return 0; /* evict at the next tick */
+  if (evict_pending && ended_count > PROC_KEEP_ENDED) return 0; /* evict at the next tick */
   uint64_t d = UINT64_MAX;
   for (struct proc *p = procs; p; p = p->next) {
     if (!p->reaped && p->deadline_ms && p->deadline_ms < d) d = p->deadline_ms;

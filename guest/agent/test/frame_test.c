@@ -217,6 +217,58 @@ static void fuzz(unsigned iterations) {
   CHECK(ok > 0 && bad > 0);
 }
 
+/* Valid payloads from the writer, then mutated: a flipped byte, a cut, a grown length. */
+static void fuzz_mutations(unsigned iterations) {
+  static const uint16_t tags[] = {TP_T_VERSION, TP_T_FEATURES, TP_T_NAME, TP_T_NONCE, TP_T_PATH, TP_T_RECURSIVE,
+                                  TP_T_EXIT_CODE, TP_T_ENTRY, TP_T_DATA, 777};
+  unsigned valid_after = 0;
+  for (unsigned it = 0; it < iterations; it++) {
+    uint8_t buf[256];
+    struct tp_writer w;
+    tp_writer_init(&w, buf, sizeof buf);
+    unsigned nfields = (unsigned)(rnd() % 6);
+    for (unsigned i = 0; i < nfields; i++) {
+      uint16_t tag = tags[rnd() % (sizeof tags / sizeof tags[0])];
+      switch (tag) {
+        case TP_T_VERSION: case TP_T_EXIT_CODE: tp_put_u32(&w, tag, (uint32_t)rnd()); break;
+        case TP_T_FEATURES: tp_put_u64(&w, tag, rnd()); break;
+        case TP_T_RECURSIVE: tp_put_bool(&w, tag, (int)(rnd() & 1)); break;
+        case TP_T_ENTRY: {
+          size_t m = tp_put_begin(&w, tag);
+          tp_put_u32(&w, TP_T_PID, 7);
+          tp_put_str(&w, TP_T_PATH, "/x");
+          tp_put_end(&w, m);
+          break;
+        }
+        default: {
+          uint8_t v[40];
+          size_t n = rnd() % sizeof v;
+          for (size_t k = 0; k < n; k++) v[k] = (uint8_t)rnd();
+          tp_put_bytes(&w, tag, v, n);
+        }
+      }
+    }
+    CHECK(!w.overflow && tp_payload_validate(buf, w.len) == TP_OK_);
+    size_t n = w.len;
+    switch (rnd() % 3) {
+      case 0: if (n) buf[rnd() % n] ^= (uint8_t)(1u << (rnd() % 8)); break;
+      case 1: n = n ? rnd() % n : 0; break;
+      default: if (n >= 6) tp_put32(buf + 2, tp_get32(buf + 2) + 1 + (uint32_t)(rnd() % 3)); break;
+    }
+    uint8_t *p = dup_exact(buf, n);
+    int rc = tp_payload_validate(p, n);
+    if (rc == TP_OK_) valid_after++;
+    CHECK(rc == TP_OK_ || rc == TP_E_TRUNCATED || rc == TP_E_BAD_FIELD);
+    struct tp_reader r;
+    struct tp_field f;
+    tp_reader_init(&r, p, n);
+    while (tp_reader_next(&r, &f) == TP_OK_)
+      if (f.tag == TP_T_ENTRY) (void)tp_payload_validate(f.value, f.len);
+    free(p);
+  }
+  printf("mutations: %u payloads, %u still well formed\n", iterations, valid_after);
+}
+
 int main(int argc, char **argv) {
   unsigned iterations = argc > 1 ? (unsigned)strtoul(argv[1], 0, 10) : 300000;
   test_header();
@@ -224,6 +276,7 @@ int main(int argc, char **argv) {
   test_bad_fields();
   test_writer_overflow();
   fuzz(iterations);
+  fuzz_mutations(iterations);
   if (failures) {
     fprintf(stderr, "frame_test: %d failure(s)\n", failures);
     return 1;

@@ -37,6 +37,14 @@ static inline void cpu_sti_hlt(void) { __asm__ volatile("sti; hlt" ::: "memory")
 static inline void cpu_halt_forever(void) {
   for (;;) __asm__ volatile("cli; hlt" ::: "memory");
 }
+static inline uint32_t irq_save(void) {
+  uint32_t flags;
+  __asm__ volatile("pushf; pop %0; cli" : "=r"(flags) : : "memory");
+  return flags;
+}
+static inline void irq_restore(uint32_t flags) {
+  if (flags & 0x200) cpu_sti();
+}
 static inline uint64_t rdtsc(void) {
   uint32_t lo, hi;
   __asm__ volatile("rdtsc" : "=a"(lo), "=d"(hi));

@@ -56,6 +56,9 @@ void serial_write(const char *s, size_t n) {
 void serial_puts(const char *s) { serial_write(s, strlen(s)); }
 
 void serial_drain_rx(void) {
+  /* the IRQ handler and the main loop both drain: interrupts off, or a byte read
+   * here could be stored after one the handler read later */
+  uint32_t flags = irq_save();
   /* bounded: a UART that always claims data must not hang the handler */
   for (int i = 0; i < 256 && (inb(COM1 + UART_LSR) & LSR_DATA_READY); i++) {
     uint8_t c = inb(COM1 + UART_RBR);
@@ -67,6 +70,7 @@ void serial_drain_rx(void) {
     rx_ring[rx_head] = c;
     rx_head = next;
   }
+  irq_restore(flags);
 }
 
 int serial_take_line(char *out, size_t cap) {

@@ -17,7 +17,11 @@ void put(std::array<uint8_t, 60>& cfg, size_t off, T v) {
 }  // namespace
 
 VirtioBlkDevice::VirtioBlkDevice(GuestMemory& mem, std::unique_ptr<Disk> disk, std::string serial, bool read_only)
-    : mem_(mem), disk_(std::move(disk)), serial_(std::move(serial)), read_only_(read_only || disk_->read_only()) {
+    : mem_(mem),
+      disk_(std::move(disk)),
+      serial_(std::move(serial)),
+      read_only_(read_only || disk_->read_only()),
+      discard_(!read_only_ && disk_->discard(0, 0) == 0) {
   if (serial_.size() > kIdBytes) serial_.resize(kIdBytes);
   // struct virtio_blk_config (virtio 1.2 §5.2.4), the fields we offer.
   put<uint64_t>(config_, 0, capacity_sectors());
@@ -29,11 +33,17 @@ VirtioBlkDevice::VirtioBlkDevice(GuestMemory& mem, std::unique_ptr<Disk> disk, s
   put<uint8_t>(config_, 24, 3);    // physical_block_exp
   put<uint16_t>(config_, 26, 8);   // min_io_size, in logical blocks
   put<uint32_t>(config_, 28, 8);   // opt_io_size, in logical blocks
+  if (discard_) {
+    put<uint32_t>(config_, 36, kMaxDiscardSectors);
+    put<uint32_t>(config_, 40, kMaxDiscardSegments);
+    put<uint32_t>(config_, 44, kDiscardAlignment);
+  }
 }
 
 uint64_t VirtioBlkDevice::device_features() const {
   uint64_t f = virtio::kFRingFeatures | kFSegMax | kFBlkSize | kFFlush | kFTopology;
   if (read_only_) f |= kFRo;
+  if (discard_) f |= kFDiscard;
   return f;
 }
 
@@ -105,6 +115,9 @@ uint32_t VirtioBlkDevice::handle(const DescriptorChain& chain) {
       else written = n;
       break;
     }
+    case kTDiscard:
+      status = discard_ ? do_discard(chain, out_len) : kSUnsupp;
+      break;
     default:
       status = kSUnsupp;
       break;
@@ -141,6 +154,23 @@ uint8_t VirtioBlkDevice::do_out(const DescriptorChain& chain, uint64_t offset, u
     offset += n;
     len -= n;
   }
+  return kSOk;
+}
+
+uint8_t VirtioBlkDevice::do_discard(const DescriptorChain& chain, uint64_t len) {
+  if (len == 0 || len % sizeof(DiscardSegment) || len / sizeof(DiscardSegment) > kMaxDiscardSegments) return kSIoErr;
+  // Check every segment before acting on any, so a bad request changes nothing.
+  DiscardSegment segs[kMaxDiscardSegments];
+  size_t n = len / sizeof(DiscardSegment);
+  for (size_t i = 0; i < n; i++) {
+    if (!chain.read(mem_, sizeof(RequestHeader) + i * sizeof(DiscardSegment), &segs[i], sizeof segs[i])) return kSIoErr;
+    if (segs[i].flags != 0) return kSUnsupp;  // the spec's answer to "unmap" on DISCARD
+    if (segs[i].num_sectors > kMaxDiscardSectors ||
+        !range_ok(segs[i].sector, uint64_t{segs[i].num_sectors} * kSectorSize))
+      return kSIoErr;
+  }
+  for (size_t i = 0; i < n; i++)
+    if (disk_->discard(segs[i].sector * kSectorSize, uint64_t{segs[i].num_sectors} * kSectorSize) != 0) return kSIoErr;
   return kSOk;
 }
 

@@ -23,11 +23,13 @@ inline constexpr uint64_t kFRo = uint64_t{1} << 5;
 inline constexpr uint64_t kFBlkSize = uint64_t{1} << 6;
 inline constexpr uint64_t kFFlush = uint64_t{1} << 9;
 inline constexpr uint64_t kFTopology = uint64_t{1} << 10;
+inline constexpr uint64_t kFDiscard = uint64_t{1} << 13;
 
 inline constexpr uint32_t kTIn = 0;
 inline constexpr uint32_t kTOut = 1;
 inline constexpr uint32_t kTFlush = 4;
 inline constexpr uint32_t kTGetId = 8;
+inline constexpr uint32_t kTDiscard = 11;
 
 inline constexpr uint8_t kSOk = 0;
 inline constexpr uint8_t kSIoErr = 1;
@@ -37,6 +39,17 @@ inline constexpr uint32_t kSectorSize = 512;
 inline constexpr uint16_t kQueueSize = 256;
 inline constexpr uint32_t kSegMax = kQueueSize - 2;  // header and status take a descriptor each
 inline constexpr size_t kIdBytes = 20;
+// DISCARD limits offered in the config space.
+inline constexpr uint32_t kMaxDiscardSectors = 1u << 22;  // 2 GiB per segment
+inline constexpr uint32_t kMaxDiscardSegments = 32;
+inline constexpr uint32_t kDiscardAlignment = 8;  // sectors: the overlay's 4 KiB block
+
+struct DiscardSegment {
+  uint64_t sector;
+  uint32_t num_sectors;
+  uint32_t flags;  // bit 0 (unmap) is only meaningful for WRITE_ZEROES
+};
+static_assert(sizeof(DiscardSegment) == 16);
 
 struct RequestHeader {
   uint32_t type;
@@ -48,7 +61,8 @@ static_assert(sizeof(RequestHeader) == 16);
 
 class VirtioBlkDevice final : public VirtioDevice {
  public:
-  // serial: the GET_ID answer, at most 20 bytes (longer is cut).
+  // serial: the GET_ID answer, at most 20 bytes (longer is cut). DISCARD is
+  // offered when the disk takes it (probed with an empty discard).
   VirtioBlkDevice(GuestMemory& mem, std::unique_ptr<Disk> disk, std::string serial, bool read_only);
 
   const char* name() const override { return "blk"; }
@@ -73,12 +87,14 @@ class VirtioBlkDevice final : public VirtioDevice {
   uint32_t handle(const DescriptorChain& chain);
   uint8_t do_in(const DescriptorChain& chain, uint64_t offset, uint64_t len);
   uint8_t do_out(const DescriptorChain& chain, uint64_t offset, uint64_t len);
+  uint8_t do_discard(const DescriptorChain& chain, uint64_t len);
   bool range_ok(uint64_t sector, uint64_t len) const;
 
   GuestMemory& mem_;
   std::unique_ptr<Disk> disk_;
   std::string serial_;
   bool read_only_;
+  bool discard_;  // the disk takes discard hints
   VirtioTransport* transport_ = nullptr;
   std::array<uint8_t, 60> config_{};
   DescriptorChain chain_;

@@ -7,6 +7,7 @@
 // thread, where an escaping exception would end the process.
 #pragma once
 
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 
@@ -23,6 +24,10 @@ class Disk {
   virtual int write(uint64_t offset, const void* src, size_t len) = 0;
   // Makes every completed write durable.
   virtual int flush() = 0;
+  // Hint that [offset, offset+len) is no longer used: its contents become
+  // unspecified (a layer may drop its copy, so an older one shows again).
+  // -EOPNOTSUPP when the disk does not take the hint.
+  virtual int discard(uint64_t offset, uint64_t len) { return -EOPNOTSUPP; }
 };
 
 // True when [offset, offset+len) lies inside a disk of `size` bytes (no overflow).

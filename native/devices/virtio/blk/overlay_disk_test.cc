@@ -243,16 +243,30 @@ TEST("raw image: opened read-only, writes refused, missing file is an IO_ERROR")
   CHECK_THROWS_CODE(RawImage(d.file("nope")), "IO_ERROR");
 }
 
-TEST("overlay: one writer at a time; readers share") {
+
+TEST("overlay: discard drops whole allocated blocks (base shows again, space freed), keeps partial ones") {
   TempDir d;
-  write_file(d.file("base.img"), pattern(4 * kBlock, 1));
-  {
-    auto w = open_overlay(d, 4 * kBlock);
-    CHECK_THROWS_CODE(open_overlay(d, 4 * kBlock), "IO_ERROR");
-    CHECK_THROWS_CODE(open_overlay(d, 4 * kBlock, true, true), "IO_ERROR");
-    CHECK_EQ(w->flush(), 0);
-  }
-  auto r1 = open_overlay(d, 4 * kBlock, true, true);
-  auto r2 = open_overlay(d, 4 * kBlock, true, true);
-  CHECK_THROWS_CODE(open_overlay(d, 4 * kBlock), "IO_ERROR");
+  auto base = pattern(16 * kBlock, 4);
+  write_file(d.file("base.img"), base);
+  auto disk = open_overlay(d, 16 * kBlock);
+  auto data = pattern(8 * kBlock, 0x90);
+  CHECK_EQ(disk->write(2 * kBlock, data.data(), data.size()), 0);  // blocks 2..9
+  CHECK_EQ(disk->allocated_blocks(), uint64_t{8});
+  // From the middle of block 3 to the middle of block 7: blocks 4, 5, 6 go.
+  CHECK_EQ(disk->discard(3 * kBlock + 100, 4 * kBlock), 0);
+  CHECK_EQ(disk->allocated_blocks(), uint64_t{5});
+  CHECK(disk->allocated(3) && !disk->allocated(4) && !disk->allocated(6) && disk->allocated(7));
+  CHECK(read_disk(*disk, 4 * kBlock, 3 * kBlock) ==
+        std::vector<uint8_t>(base.begin() + 4 * kBlock, base.begin() + 7 * kBlock));
+  CHECK(read_disk(*disk, 3 * kBlock, kBlock) == std::vector<uint8_t>(data.begin() + kBlock, data.begin() + 2 * kBlock));
+  CHECK_EQ(disk->discard(15 * kBlock, 2 * kBlock), -EINVAL);
+  CHECK_EQ(disk->flush(), 0);
+  struct stat st;
+  CHECK_EQ(stat(d.file("overlay").c_str(), &st), 0);
+  CHECK(static_cast<uint64_t>(st.st_blocks) * 512 <= 5 * kBlock);
+  // The discard is part of the persisted map.
+  disk.reset();
+  auto again = open_overlay(d, 16 * kBlock);
+  CHECK_EQ(again->allocated_blocks(), uint64_t{5});
+  CHECK(read_file(d.file("base.img")) == base);
 }

@@ -55,16 +55,27 @@ void VsockDevice::detach() {
     if (!life_->dev) return;
     life_->dev = nullptr;
   }
-  // From here no callback or posted closure of ours touches the device; the
-  // vCPUs are stopped (the machine detaches devices only then).
-  for (auto& [port, c] : conns_) {
+  // From here no socket/timer callback or closure of ours touches the device.
+  // A notification the transport posted may still arrive: detached_ turns it
+  // into a no-op. The descriptors are released outside the transport's lock,
+  // because EventLoop::remove() may wait for a callback that wants that lock.
+  std::map<uint32_t, std::unique_ptr<Conn>> conns;
+  if (transport_) {
+    std::lock_guard<std::mutex> lock(transport_->lock());
+    detached_ = true;
+    conns.swap(conns_);
+    control_.clear();
+  } else {
+    detached_ = true;
+    conns.swap(conns_);
+  }
+  for (auto& [port, c] : conns) {
     if (c->fd >= 0) {
       loop_.remove(c->fd);
       close(c->fd);
     }
     if (c->done) complete(std::move(c->done), -1, code::kVsockRefused, "the machine stopped");
   }
-  conns_.clear();
   loop_.remove(timer_fd_);
   close(timer_fd_);
   timer_fd_ = -1;
@@ -191,7 +202,7 @@ uint32_t VsockDevice::allocate_port() {
 // ---------------------------------------------------------------- guest -> host
 
 void VsockDevice::process_tx() {
-  if (!transport_->active()) return;
+  if (detached_ || !transport_->active()) return;
   Virtqueue& q = transport_->queue(kTxQueue);
   if (!q.ready()) return;
   bool used = false;
@@ -538,6 +549,7 @@ bool VsockDevice::pump_rx_once(bool* starved) {
 }
 
 void VsockDevice::pump() {
+  if (detached_) return;
   if (transport_->active()) {
     deliver_reset_event();
     bool more = true;

@@ -75,7 +75,8 @@ class VsockDevice final : public VirtioDevice, public VsockHost {
   ~VsockDevice() override;
 
   // Stops every callback and closes every descriptor; must run before the
-  // transport is destroyed (the factory's wrapper does it). Idempotent.
+  // transport is destroyed (VsockMmioDevice's destructor does it), with the
+  // vCPUs stopped. Pending connects complete with VSOCK_REFUSED. Idempotent.
   void detach();
 
   // VirtioDevice
@@ -176,6 +177,7 @@ class VsockDevice final : public VirtioDevice, public VsockHost {
   std::map<uint32_t, std::unique_ptr<Conn>> conns_;  // by local (host) port
   std::deque<Control> control_;
   bool tx_stalled_ = false;
+  bool detached_ = false;
   bool pump_scheduled_ = false;
   bool reset_event_pending_ = false;
   bool awaiting_event_refill_ = false;
