@@ -85,8 +85,8 @@ export interface NativeMachine {
   stop(): Promise<NativeExitReason>;
   state(): NativeMachineState;
   exitReason(): NativeExitReason | null;
-  /** Serial input (to the 8250's receive FIFO). */
-  consoleWrite(data: Buffer | string): void;
+  /** Serial input (to the 8250's receive FIFO); returns the bytes it took (the FIFO is bounded). */
+  consoleWrite(data: Buffer | string): number;
   /** The last bytes the guest printed (bounded ring). */
   consoleTail(): Buffer;
   /** Host-initiated vsock stream; resolves to the host end of a socketpair (wrap it in net.Socket). */

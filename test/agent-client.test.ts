@@ -279,4 +279,71 @@ test('the client rejects malformed and oversized frames from the agent and close
   }
 });
 
+test('random bytes from a hostile agent never escape as an exception: PROTOCOL_ERROR or ignored', async () => {
+  let seed = 0x5eed;
+  const rand = () => ((seed = (seed * 1103515245 + 12345) >>> 0) / 0x100000000);
+  const tally: Record<string, number> = {};
+  for (let i = 0; i < 40; i++) {
+    const garbage = Buffer.from(Array.from({ length: 8 + Math.floor(rand() * 300) }, () => Math.floor(rand() * 256)));
+    // Half of the cases: a valid header on the request's stream followed by garbage fields.
+    const bytes =
+      i % 2
+        ? garbage
+        : Buffer.concat([encodeFrame(1, [FrameType.OK, FrameType.STARTED, FrameType.STDOUT, FrameType.EXITED, FrameType.ERR][i % 5]!, i % 3, garbage.subarray(0, 200))]);
+    const { server, port } = await hostileServer((sock) => sock.write(bytes));
+    const { connect } = await import('node:net');
+    const c = await AgentClient.connect(connect(port, '127.0.0.1'));
+    const closed = new Promise<TorporError | undefined>((r) => c.onClose(r));
+    const outcome = await Promise.race([
+      c.call(FrameType.SYNC, new FieldWriter()).then(
+        () => 'answered',
+        (e) => e,
+      ),
+      sleep(300).then(() => 'ignored'),
+    ]);
+    if (outcome instanceof Error) assert.instance(outcome, TorporError, `case ${i}: a typed error, not ${outcome}`);
+    tally[outcome instanceof TorporError ? outcome.code : String(outcome)] = (tally[outcome instanceof TorporError ? outcome.code : String(outcome)] ?? 0) + 1;
+    if (c.closed) assert.ok(code('PROTOCOL_ERROR')(await closed), `case ${i}: closed for a protocol error`);
+    await c.close();
+    server.close();
+  }
+  assert.ok((tally.PROTOCOL_ERROR ?? 0) > 10, JSON.stringify(tally));
+});
+
+test('GOAWAY from the agent fails what is in flight with its code, and the client does not redial', async () => {
+  let connections = 0;
+  const server = createServer((sock) => {
+    connections++;
+    const dec = new FrameDecoder();
+    sock.on('data', (d) => {
+      for (const f of dec.push(d)) {
+        if (f.type === FrameType.HELLO) {
+          sock.write(encodeFrame(0, FrameType.HELLO, 0, new FieldWriter().u32('version', 1).u64('features', 63n).str('name', 'leaving').toBuffer()));
+        } else if (f.stream !== 0) {
+          const fw = new FieldWriter().str('code', 'PROTOCOL_ERROR').str('message', 'shutting down');
+          sock.end(encodeFrame(0, FrameType.GOAWAY, FLAG_END, fw.toBuffer()));
+        }
+      }
+    });
+    sock.on('error', () => undefined);
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const port = (server.address() as AddressInfo).port;
+  const { connect } = await import('node:net');
+  const c = await AgentClient.connect(
+    () =>
+      new Promise((resolve) => {
+        const s = connect(port, '127.0.0.1', () => resolve(s));
+      }),
+    { reconnect: true },
+  );
+  const err = await c.call(FrameType.SYNC, new FieldWriter()).catch((e) => e);
+  assert.ok(code('PROTOCOL_ERROR')(err), String(err));
+  assert.match((err as Error).message, /shutting down/);
+  await sleep(100);
+  assert.is(connections, 1, 'no redial after GOAWAY');
+  assert.ok(c.closed);
+  server.close();
+});
+
 test.run();

@@ -2,7 +2,7 @@
 // nothing to do finishes in under a second and rebuilds nothing; --json shape.
 import { spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { mkdtemp, rm, stat, writeFile } from 'node:fs/promises';
+import { chmod, copyFile, mkdtemp, readdir, readFile, rm, stat, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'uvu';
@@ -11,6 +11,7 @@ import * as assert from 'uvu/assert';
 import { TorporError } from '../lib/errors.js';
 import { packageRoot } from '../lib/setup/paths.js';
 import { missingPackages, requireTools } from '../lib/setup/tools.js';
+import { homeLayout } from '../lib/store/home.js';
 
 const bin = join(packageRoot, 'bin', 'torpor.js');
 
@@ -91,6 +92,70 @@ test('setup --json twice: the second run rebuilds nothing and takes under a seco
   assert.is(verify.status, 0, verify.stderr);
   assert.match(verify.stdout, /setup: nothing to build/);
   assert.match(verify.stdout, new RegExp(`kernel  ${paths.kernel!.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}`));
+});
+
+test('setup --kernel PATH: checked, stored by content, remembered for later runs', async () => {
+  const first = torpor(['setup', '--json']);
+  if (first.status !== 0) {
+    console.log(`  skipped: setup cannot complete on this host: ${first.stderr.trim().split('\n').pop()}`);
+    return;
+  }
+  const ours = JSON.parse(first.stdout) as Record<string, string>;
+  // A fresh home whose artifacts are the shared store's: the choice is recorded
+  // in this home's setup.json only, and nothing needs rebuilding.
+  const home = await mkdtemp(join(tmpdir(), 'torpor-setup-kernel-'));
+  try {
+    await symlink(homeLayout().artifacts, join(home, 'artifacts'));
+    const supplied = join(home, 'my-vmlinux');
+    await copyFile(ours.kernel!, supplied);
+    const r = torpor(['setup', '--kernel', supplied, '--json'], { TORPOR_HOME: home });
+    assert.is(r.status, 0, r.stderr);
+    const paths = JSON.parse(r.stdout) as Record<string, string>;
+    assert.match(paths.kernel!, /\/artifacts\/kernel-supplied\/[0-9a-f]+\/vmlinux$/);
+    assert.is(paths.rootfs!.slice(home.length), ours.rootfs!.slice(homeLayout().root.length), 'the shared image, not rebuilt');
+    assert.match(r.stderr, /kernel: .*\(supplied, elf-pvh\)/);
+    assert.not.match(r.stderr, /note: .*PVM host/, 'a supplied kernel is what a PVM host needs');
+    const record = JSON.parse(await readFile(join(home, 'setup.json'), 'utf8')) as { kernel: { source: string; format: string } };
+    assert.is(record.kernel.source, supplied);
+    assert.is(record.kernel.format, 'elf-pvh');
+
+    // Remembered: a plain run uses it, even after the source file is gone (the store has a copy).
+    await rm(supplied);
+    const again = torpor(['setup', '--json'], { TORPOR_HOME: home });
+    assert.is(again.status, 0, again.stderr);
+    assert.is((JSON.parse(again.stdout) as Record<string, string>).kernel, paths.kernel);
+    assert.match(again.stderr, /kernel: up to date .*\(supplied, elf-pvh\)/);
+
+    // TORPOR_KERNEL overrides the recorded choice for one run, and is checked too.
+    const bad = torpor(['setup'], { TORPOR_HOME: home, TORPOR_KERNEL: '/etc/hostname' });
+    assert.is(bad.status, 1);
+    assert.match(bad.stderr, /KERNEL_INVALID: \/etc\/hostname is not a kernel/);
+  } finally {
+    await rm(home, { recursive: true, force: true });
+  }
+});
+
+test('a non-root user who would need to build the image is told so before anything builds', async () => {
+  if (process.getuid?.() !== 0 || spawnSync('setpriv', ['--version'], { stdio: 'ignore' }).status !== 0) {
+    console.log('  skipped: needs root and setpriv to run setup as another user');
+    return;
+  }
+  const dir = await mkdtemp(join(tmpdir(), 'torpor-setup-nonroot-'));
+  try {
+    await chmod(dir, 0o777);
+    const started = Date.now();
+    const r = spawnSync(
+      'setpriv',
+      ['--reuid', '65534', '--regid', '65534', '--clear-groups', process.execPath, bin, 'setup'],
+      { encoding: 'utf8', env: { ...process.env, HOME: dir, TORPOR_HOME: join(dir, 'home') } },
+    );
+    assert.is(r.status, 1, r.stderr);
+    assert.match(r.stderr, /PERMISSION_DENIED: building the root filesystem needs root/);
+    assert.ok(Date.now() - started < 10_000, 'refused up front, not after a kernel build');
+    assert.equal(await readdir(join(dir, 'home', 'artifacts')), []);
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
 });
 
 test('doctor reports the host', () => {

@@ -11,6 +11,7 @@ import {
   MAGIC_COPY_GPA,
   PVH_BANNER,
   PVH_START_INFO_MAGIC,
+  SMP_CODE,
   TAG_BASE_GPA,
   TAG_PAGES,
   bzImage,
@@ -106,6 +107,17 @@ kvmTest('serial input reaches the guest and its echo comes back', async () => {
   await m.waitForConsole(`${PVH_BANNER}\nping`, 5000);
   assert.is(Buffer.concat(chunks).toString(), `${PVH_BANNER}\nping`);
   assert.is(m.consoleTail().toString(), `${PVH_BANNER}\nping`);
+  await m.stop();
+});
+
+kvmTest('serial input beyond the UART FIFO (4 KiB) is fed in order as the guest drains it', async () => {
+  const m = Machine.create({ kernel: pvh, vcpus: 1, memoryMiB: 16 });
+  await m.start();
+  await m.waitForConsole(PVH_BANNER, 5000);
+  const alphabet = 'abcdefghijklmnopqsuvwxyz'; // no 'r' (reset) nor 't' (triple fault)
+  const input = Array.from({ length: 10_000 }, (_, i) => alphabet[i % alphabet.length]).join('');
+  m.consoleWrite(input);
+  await m.waitForConsole(`${PVH_BANNER}\n${input}`, 30_000);
   await m.stop();
 });
 
@@ -212,6 +224,16 @@ kvmTest('RAM beyond 3 GiB is placed above the MMIO hole', async () => {
   await expectCode(() => m.readGuest(0xc0000000, 4), 'GUEST_MEMORY');
   assert.is(m.readGuest(0x100000000 + 64 * 1024 * 1024 - 4, 4).length, 4);
   await expectCode(() => m.readGuest(0x100000000 + 64 * 1024 * 1024, 4), 'GUEST_MEMORY');
+  await m.stop();
+});
+
+kvmTest('SMP: the guest starts vCPU 1 with INIT/SIPI through the in-kernel LAPIC and both run', async () => {
+  const m = Machine.create({ kernel: writeTemp('smp.elf', pvhElf32(SMP_CODE)), vcpus: 2, memoryMiB: 16 });
+  await m.start();
+  await m.waitForConsole(/BA|AB/, 5000);
+  await m.pause();
+  await m.resume();
+  assert.is(m.state, 'running');
   await m.stop();
 });
 

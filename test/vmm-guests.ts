@@ -168,3 +168,16 @@ export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms))
 export const PIO_LOOP = Buffer.from('e480ebfc', 'hex');
 /** `mov eax, [0xc0000000]; jmp .-7`: one MMIO exit per iteration (the MMIO hole, unmapped). */
 export const MMIO_LOOP = Buffer.from('a1000000c0ebf9', 'hex');
+
+/*
+ * SMP guest (PVH, 32-bit, linked at 0x100000): the BSP writes a real-mode
+ * trampoline at 0x8000 (ba f8 03 b0 41 ee fa f4 eb fd: mov dx,0x3f8; mov al,'A';
+ * out dx,al; cli; hlt; jmp .-1), sends INIT and two SIPIs (vector 0x08) to APIC
+ * id 1 through the LAPIC's ICR, prints 'B' and spins. Output "BA" (in either
+ * order) proves that vCPU 1 was started by the guest and ran.
+ */
+export const SMP_CODE = Buffer.from(
+  'c70500800000baf803b0c7050480000041eefaf466c70508800000ebfdc7051003e0fe00000001c7050003e0fe00450000' +
+    'c7050003e0fe08460000c7050003e0fe0846000066baf803b042eeebfe',
+  'hex',
+);

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Builds torpor's base root filesystem: Debian bookworm (mmdebstrap, minbase
-# plus the tools a user expects), the agent at /usr/sbin/torpor-agent (the
-# kernel starts it with init=), written to a sparse ext4 image.
+# plus the tools a user expects), written to a sparse ext4 image. The agent is
+# added by add-agent.sh, so a new agent costs a second, not a debootstrap.
 #
-# usage: build.sh OUTDIR AGENT
-#   OUTDIR/rootfs.ext4    the image (block size 4096, headroom for user files)
+# usage: build.sh OUTDIR
+#   OUTDIR/base.ext4      the image (block size 4096, headroom for user files)
 #   OUTDIR/packages.txt   name and version of every installed package
 # env:
 #   APT_SOURCES   space-separated apt sources files to build from (default: the
@@ -16,8 +16,7 @@
 # place (lib/store), so a failed build never leaves a half-written image.
 set -euo pipefail
 
-out=${1:?usage: build.sh OUTDIR AGENT}
-agent=${2:?usage: build.sh OUTDIR AGENT}
+out=${1:?usage: build.sh OUTDIR}
 suite=bookworm
 # Keep in step with the README's list of what the base image holds.
 packages=(bash coreutils findutils grep sed tar gzip procps util-linux iproute2
@@ -31,7 +30,6 @@ fi
 for tool in mmdebstrap mkfs.ext4 du truncate dpkg-query; do
   command -v "$tool" >/dev/null || { echo "build.sh: missing tool '$tool'" >&2; exit 2; }
 done
-[[ -x $agent ]] || { echo "build.sh: agent binary $agent is missing or not executable" >&2; exit 2; }
 
 if [[ -z ${APT_SOURCES:-} ]]; then
   APT_SOURCES=""
@@ -64,7 +62,6 @@ mmdebstrap \
   --dpkgopt='path-exclude=/usr/share/locale/*' \
   --dpkgopt='path-include=/usr/share/locale/locale.alias' \
   --dpkgopt='path-exclude=/usr/share/lintian/*' \
-  --customize-hook='install -m 0755 "'"$agent"'" "$1/usr/sbin/torpor-agent"' \
   --customize-hook='echo torpor > "$1/etc/hostname"' \
   --customize-hook='printf "127.0.0.1\tlocalhost\n127.0.1.1\ttorpor\n::1\tlocalhost ip6-localhost ip6-loopback\n" > "$1/etc/hosts"' \
   --customize-hook='grep -q "^nobody:" "$1/etc/passwd" || chroot "$1" useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin nobody' \
@@ -79,7 +76,7 @@ tree_bytes=$(du -sb "$tree" | cut -f1)
 # Headroom: half the tree again plus 256 MiB for the user's files; sparse, so
 # the unused part costs no disk until written.
 size_mib=$(( (tree_bytes * 3 / 2) / 1048576 + 256 ))
-image=$out/rootfs.ext4
+image=$out/base.ext4
 truncate -s "${size_mib}M" "$image.tmp"
 mkfs.ext4 -q -F -d "$tree" -b 4096 -m 0 -L torpor-root "$image.tmp"
 mv "$image.tmp" "$image"

@@ -175,6 +175,10 @@ export class AgentClient {
       if (this.streams.get(stream.id) === stream) this.streams.delete(stream.id);
       if (stream.done) this.live.delete(stream);
     },
+    revive: (stream) => {
+      this.live.add(stream);
+    },
+    usable: () => !this.closedByUser && (this.conn !== null || this.reconnecting !== null),
     newRequestId: () => {
       this.requestCounter = (this.requestCounter + 1n) & 0xffffffffn;
       return this.requestHigh | this.requestCounter;

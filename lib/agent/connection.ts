@@ -179,7 +179,13 @@ export class Connection {
           this.protocolFailure(err);
           return;
         }
-        throw err;
+        // Anything else thrown while handling a frame is our bug or a callback's; it must not
+        // escape into the socket's event handler (that would crash the host process): end this
+        // connection and report the error to every request on it.
+        const message = err instanceof Error ? err.message : String(err);
+        this.close({ code: 'REQUEST_FAILED', message: 'client error' });
+        this.reportClose(new TorporError('INTERNAL', `handling a frame from the agent failed: ${message}`, { cause: err }), false);
+        return;
       }
     }
   }

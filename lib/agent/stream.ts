@@ -35,6 +35,10 @@ export interface StreamHost {
   register(stream: RequestStream): number;
   unregister(stream: RequestStream): void;
   newRequestId(): bigint;
+  /** Tracks the request again (it was finished by a `pending` answer and is asked again). */
+  revive(stream: RequestStream): void;
+  /** Whether a request can still be sent (connected, or reconnecting). */
+  usable(): boolean;
 }
 
 export class RequestStream {
@@ -47,6 +51,8 @@ export class RequestStream {
   private unreturned = 0;
   private creditWaiters: Array<() => void> = [];
   private finished = false;
+  /** Cancelled or failed for good: never asked again. */
+  private abandoned = false;
   private localEnded = false;
 
   constructor(
@@ -88,10 +94,18 @@ export class RequestStream {
     return true;
   }
 
-  /** Re-asks the same request id on a new stream of the same connection (answer was `pending`). */
+  /** Re-asks the same request id on a new stream (the answer was `pending`: the work is still
+   *  running elsewhere). The earlier stream ended with that answer; this one starts afresh. */
   askAgain(): void {
-    if (this.finished) return;
+    if (this.abandoned) return;
+    if (!this.host.usable()) {
+      this.abandoned = true;
+      this.handler.onError(new TorporError('CONNECTION_CLOSED', `the agent connection closed while ${requestName(this.type)} was pending`));
+      return;
+    }
     this.host.unregister(this);
+    this.finished = false;
+    this.host.revive(this);
     this.issue();
   }
 
@@ -165,6 +179,7 @@ export class RequestStream {
 
   /** Abandons the request (for exec/attach: detaches; the process keeps running). */
   cancel(): void {
+    this.abandoned = true;
     if (this.finished) return;
     const conn = this.host.connection();
     conn?.send(this.id, FrameType.CANCEL, 0);
@@ -173,6 +188,7 @@ export class RequestStream {
 
   /** Fails the request locally (connection lost for good). */
   fail(err: TorporError): void {
+    this.abandoned = true;
     if (this.finished) return;
     this.finish();
     this.handler.onError(err);

@@ -1,19 +1,17 @@
 // ensureArtifacts(): everything a Linux sandbox boots from (kernel, root
 // filesystem, agent), built once into the store and reused. `torpor setup`
 // and Sandbox.create both come through here.
-import { existsSync } from 'node:fs';
 import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
 
 import { TorporError } from '../errors.js';
 import { checkArtifact, artifactDir, artifactKey } from '../store/artifact.js';
-import { sha256File } from '../store/hash.js';
 import { homeLayout, torporHome } from '../store/home.js';
-import { AGENT_MAKE_OUTPUT, ensureAgent } from './agent.js';
+import { ensureAgent } from './agent.js';
 import { detectHost, type HostKind } from './host.js';
 import { builtKernel, builtKernelSpec, suppliedKernel, type KernelArtifact } from './kernel.js';
 import { inspectKernel, type KernelFormat } from './kernel-format.js';
 import type { PhaseName, ProgressSink } from './progress.js';
-import { ROOTFS_FILES, ensureRootfs, rootfsInputs } from './rootfs.js';
+import { baseIsCached, ensureRootfs } from './rootfs.js';
 import { requireTools } from './tools.js';
 
 export interface EnsureArtifactsOptions {
@@ -105,30 +103,24 @@ export async function ensureArtifacts(options: EnsureArtifactsOptions = {}): Pro
   if (kernelSpec && !(await isCached(root, kernelSpec.kind, kernelSpec.inputs, kernelSpec.files, verify))) {
     needed.push('kernel');
   }
-  const agentBinary = prebuiltAgent ?? AGENT_MAKE_OUTPUT;
-  const rootfsGuess =
-    existsSync(agentBinary) && (await isCached(root, 'rootfs', await rootfsInputs(await sha256File(agentBinary)), ROOTFS_FILES, verify));
-  if (!rootfsGuess) needed.push('rootfs');
+  const baseCached = await baseIsCached(root, verify);
+  if (!baseCached) needed.push('rootfs');
   requireTools(prebuiltAgent ? needed : ['agent', ...needed]);
+  // Fail before a five-minute kernel build, not after it.
+  if (!baseCached && !isRoot()) {
+    throw new TorporError(
+      'PERMISSION_DENIED',
+      'building the root filesystem needs root (mmdebstrap creates files owned by root; mkfs.ext4 -d copies ' +
+        'ownership as found). Run `sudo npx torpor setup` once; later runs by any user reuse the stored image ' +
+        'when they use the same TORPOR_HOME.',
+    );
+  }
 
   const built: PhaseName[] = [];
   const agentStart = Date.now();
   const agent = await ensureAgent(root, verify, prebuiltAgent, progress);
   progress?.({ phase: 'agent', status: agent.artifact.built ? 'done' : 'cached', message: agent.path, elapsedMs: Date.now() - agentStart });
   if (agent.artifact.built) built.push('agent');
-
-  // Fail before a six-minute kernel build, not after it.
-  if (!(await isCached(root, 'rootfs', await rootfsInputs(agent.sha256), ROOTFS_FILES, verify))) {
-    requireTools(['rootfs']);
-    if (!isRoot()) {
-      throw new TorporError(
-        'PERMISSION_DENIED',
-        'building the root filesystem needs root (mmdebstrap creates files owned by root; mkfs.ext4 -d copies ' +
-          'ownership as found). Run `sudo npx torpor setup` once; later runs by any user reuse the stored image ' +
-          'when they use the same TORPOR_HOME.',
-      );
-    }
-  }
 
   // The kernel build is CPU-bound, the image build mostly I/O and downloads: overlap them.
   const kernelPromise = (async (): Promise<KernelArtifact> => {

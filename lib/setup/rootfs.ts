@@ -1,11 +1,15 @@
-// The rootfs phase: Debian bookworm from the host's own apt sources, with the
-// agent, as an ext4 image (guest/image/build.sh), keyed by the script, the
-// host's apt sources, the candidate versions of the packages and the agent.
-import { readdir, readFile, stat } from 'node:fs/promises';
+// The rootfs phase, in two store artifacts:
+//   rootfs-base: Debian bookworm from the host's own apt sources as an ext4
+//     image (guest/image/build.sh; root, about a minute), keyed by the script,
+//     the host's apt sources and package indexes, and mmdebstrap's version;
+//   rootfs: that image plus the agent at /usr/sbin/torpor-agent
+//     (guest/image/add-agent.sh; no root, under a second), keyed by the base's
+//     key and the agent's hash.
+import { copyFile, readdir, readFile, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 
 import { TorporError } from '../errors.js';
-import { ensureArtifact, type ArtifactResult } from '../store/artifact.js';
+import { artifactDir, artifactKey, checkArtifact, ensureArtifact, type ArtifactOptions, type ArtifactResult } from '../store/artifact.js';
 import { debianVersion } from './host-info.js';
 import { imageDir } from './paths.js';
 import type { ProgressSink } from './progress.js';
@@ -65,32 +69,55 @@ const stages: Array<[RegExp, number, string]> = [
   [/^phase: mkfs/, 90, 'mkfs.ext4'],
 ];
 
+export const BASE_FILES = ['base.ext4', 'packages.txt'];
 export const ROOTFS_FILES = ['rootfs.ext4', 'packages.txt'];
 
-/** The rootfs key inputs for an agent binary with this hash. */
-export async function rootfsInputs(agentSha256: string): Promise<Record<string, string>> {
+/** Key inputs of the Debian base image (everything but the agent). */
+export async function baseInputs(): Promise<Record<string, string>> {
   const [script, indexes, mmdebstrap, sources] = await Promise.all([
     readFile(join(imageDir, 'build.sh'), 'utf8'),
     aptIndexState(),
     debianVersion('mmdebstrap'),
     aptSources(),
   ]);
-  return { 'build.sh': script, indexes, mmdebstrap, sources, agent: agentSha256 };
+  return { 'build.sh': script, indexes, mmdebstrap, sources };
+}
+
+/** Key inputs of the bootable image: the base's key, the agent's hash, the script that joins them. */
+export async function rootfsInputs(baseKey: string, agentSha256: string): Promise<Record<string, string>> {
+  return { base: baseKey, agent: agentSha256, 'add-agent.sh': await readFile(join(imageDir, 'add-agent.sh'), 'utf8') };
+}
+
+/** True when the Debian base image is stored and intact (building it needs root and minutes). */
+export async function baseIsCached(root: string, verify: boolean): Promise<boolean> {
+  const inputs = await baseInputs();
+  const key = artifactKey('rootfs-base', inputs);
+  return (await checkArtifact(artifactDir(root, 'rootfs-base', key), key, BASE_FILES, verify)).ok;
+}
+
+function storeOptions(root: string, verify: boolean, onProgress: ProgressSink | undefined, what: string): ArtifactOptions {
+  return {
+    root,
+    verify,
+    onWait: (pid) => onProgress?.({ phase: 'rootfs', status: 'note', message: `waiting for another build of the ${what} (pid ${pid ?? '?'})`, elapsedMs: 0 }),
+    onDamaged: (_dir, reason) =>
+      onProgress?.({ phase: 'rootfs', status: 'note', message: `stored ${what} is damaged (${reason}); rebuilding`, elapsedMs: 0 }),
+  };
 }
 
 export async function ensureRootfs(root: string, agent: { path: string; sha256: string }, verify: boolean, onProgress?: ProgressSink): Promise<RootfsArtifact> {
-  const inputs = await rootfsInputs(agent.sha256);
+  const inputs = await baseInputs();
   const packages = imagePackages(inputs['build.sh']!);
   const started = Date.now();
-  const artifact = await ensureArtifact(
+  const base = await ensureArtifact(
     {
-      kind: 'rootfs',
+      kind: 'rootfs-base',
       inputs,
-      files: ROOTFS_FILES,
+      files: BASE_FILES,
       build: async (dir) => {
         onProgress?.({ phase: 'rootfs', status: 'start', message: `Debian bookworm + ${packages.length} packages`, elapsedMs: 0 });
         let percent = 0;
-        await runScript(join(imageDir, 'build.sh'), [dir, agent.path], {
+        await runScript(join(imageDir, 'build.sh'), [dir], {
           what: 'building the root filesystem',
           onLine: (line) => {
             for (const [re, p, label] of stages) {
@@ -103,14 +130,23 @@ export async function ensureRootfs(root: string, agent: { path: string; sha256: 
         });
       },
     },
+    storeOptions(root, verify, onProgress, 'Debian base image'),
+  );
+  // The agent goes in last, without mounting: a new agent costs a copy and a debugfs call.
+  const artifact = await ensureArtifact(
     {
-      root,
-      verify,
-      onWait: (pid) =>
-        onProgress?.({ phase: 'rootfs', status: 'note', message: `waiting for another build (pid ${pid ?? '?'})`, elapsedMs: 0 }),
-      onDamaged: (_dir, reason) =>
-        onProgress?.({ phase: 'rootfs', status: 'note', message: `stored image is damaged (${reason}); rebuilding`, elapsedMs: 0 }),
+      kind: 'rootfs',
+      inputs: await rootfsInputs(base.key, agent.sha256),
+      files: ROOTFS_FILES,
+      build: async (dir) => {
+        onProgress?.({ phase: 'rootfs', status: 'step', percent: 95, message: 'adding the agent', elapsedMs: Date.now() - started });
+        await runScript(join(imageDir, 'add-agent.sh'), [join(base.dir, 'base.ext4'), agent.path, join(dir, 'rootfs.ext4')], {
+          what: 'adding the agent to the root filesystem',
+        });
+        await copyFile(join(base.dir, 'packages.txt'), join(dir, 'packages.txt'));
+      },
     },
+    storeOptions(root, verify, onProgress, 'root filesystem'),
   );
   return { path: join(artifact.dir, 'rootfs.ext4'), artifact };
 }

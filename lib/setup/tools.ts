@@ -18,6 +18,8 @@ const requirements: Record<PhaseName, Requirement[]> = {
   agent: [
     { need: 'make', pkg: 'make' },
     { need: 'cc', pkg: 'gcc' },
+    // guest/image/add-agent.sh writes the agent into the image with debugfs.
+    { need: 'debugfs', pkg: 'e2fsprogs' },
   ],
   kernel: [
     { need: 'make', pkg: 'make' },

@@ -120,8 +120,8 @@ export async function checkArtifact(dir: string, key: string, files: string[], v
     if ((await headHash(path)) !== record.headHash) {
       return { ok: false, exists: true, reason: `${name}: header/trailer hash differs from the record` };
     }
-    // Whole milliseconds: tools that restore or copy mtimes (cp -p, tar, utimes) keep no more.
-    if (verify || Math.trunc(st.mtimeMs) !== Math.trunc(record.mtimeMs)) {
+    // Within a millisecond: tools that restore or copy mtimes (cp -p, tar, utimes) keep no more.
+    if (verify || Math.abs(st.mtimeMs - record.mtimeMs) >= 1) {
       if ((await sha256File(path)) !== record.sha256) {
         return { ok: false, exists: true, reason: `${name}: sha256 differs from the record` };
       }

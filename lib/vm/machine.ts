@@ -167,9 +167,15 @@ export class Machine extends EventEmitter<MachineEvents> {
   resume(): Promise<void> {
     return this.#serial(() => this.#native.resume());
   }
-  /** Ends the machine and joins its threads; resolves to the exit reason. Idempotent. */
+  /**
+   * Ends the machine and joins its threads; resolves to the exit reason. Idempotent.
+   * Not queued behind other calls: a pending start or pause is settled (rejected
+   * with INVALID_STATE) by the stop itself.
+   */
   stop(): Promise<ExitReason> {
-    return this.#serial(() => this.#native.stop());
+    const stopped = this.#native.stop();
+    this.#queue = this.#queue.then(() => stopped, () => stopped).catch(() => undefined);
+    return stopped;
   }
 
   get state(): MachineState {
@@ -183,9 +189,43 @@ export class Machine extends EventEmitter<MachineEvents> {
     return this.#native.kernelCmdline();
   }
 
-  /** Sends bytes to the guest's serial port. */
+  /**
+   * Sends bytes to the guest's serial port. The UART's receive FIFO is bounded
+   * (4 KiB): what it cannot take now is kept here, in order, and fed to it as
+   * the guest drains it.
+   */
   consoleWrite(data: Buffer | string): void {
-    this.#native.consoleWrite(data);
+    const bytes = typeof data === 'string' ? Buffer.from(data) : data;
+    if (bytes.length === 0) return;
+    this.#input.push(bytes);
+    this.#feedInput();
+  }
+
+  #input: Buffer[] = [];
+  #inputTimer: NodeJS.Timeout | undefined;
+
+  #feedInput(): void {
+    while (this.#input.length) {
+      const state = this.#native.state();
+      if (state === 'stopped' || state === 'failed') {
+        this.#input = [];
+        return;
+      }
+      const head = this.#input[0]!;
+      const taken = this.#native.consoleWrite(head);
+      if (taken >= head.length) {
+        this.#input.shift();
+        continue;
+      }
+      this.#input[0] = head.subarray(taken);
+      if (!this.#inputTimer) {
+        this.#inputTimer = setTimeout(() => {
+          this.#inputTimer = undefined;
+          this.#feedInput();
+        }, 2);
+      }
+      return;
+    }
   }
   /** The last bytes the guest printed. */
   consoleTail(): Buffer {
@@ -255,5 +295,10 @@ export class Machine extends EventEmitter<MachineEvents> {
 
   stats(): MachineStats {
     return this.#native.stats();
+  }
+
+  /** `await using m = Machine.create(...)` stops the machine at the end of the scope. */
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.stop();
   }
 }

@@ -75,12 +75,14 @@ struct Harness {
     if (fd >= 0) close(fd);
   }
   void init() {
-    testing::init_device(*dev, {&rxq, &txq, &evq});
-    std::lock_guard<std::mutex> lock(dev->transport().lock());
+    testing::reg_write(*dev, virtio_mmio::kStatus, 0);  // a driver (re)starting resets first...
+    std::memset(ram.at(0), 0, evq.end());                // ...and lays out fresh rings
     rxq.recycle();
     txq.recycle();
     evq.recycle();
-    rx_seen = rxq.used_idx();
+    rx_seen = 0;
+    testing::init_device(*dev, {&rxq, &txq, &evq});
+    std::lock_guard<std::mutex> lock(dev->transport().lock());
     for (int i = 0; i < 16; i++) post_rx_locked();
     evq.add_chain({{kEvBase, 4, true}});
   }

@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <map>
 
 #include "common/error.h"
 #include "devices/i8042/i8042.h"
@@ -53,6 +54,16 @@ void validate(const MachineConfig& cfg, int max_vcpus) {
     throw Error(code::kInvalidArgument, "vsock guest CID must be 3..2^32-1");
   if (cfg.console_ring_bytes == 0 || cfg.console_ring_bytes > (64u << 20))
     throw Error(code::kInvalidArgument, "consoleRingBytes must be 1..64 MiB");
+}
+
+// KVM_GET_SUPPORTED_CPUID does not change while the process runs: ask once per device.
+const std::vector<kvm_cpuid_entry2>& cached_supported_cpuid(const KvmSystem& sys, const std::string& device) {
+  static std::mutex mu;
+  static std::map<std::string, std::vector<kvm_cpuid_entry2>>* cache = new std::map<std::string, std::vector<kvm_cpuid_entry2>>();
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache->find(device);
+  if (it == cache->end()) it = cache->emplace(device, sys.supported_cpuid()).first;
+  return it->second;
 }
 
 }  // namespace
@@ -170,7 +181,7 @@ Machine::Machine(const MachineConfig& cfg, Callbacks callbacks)
   x86::BootEntry entry = x86::load_boot_image(ram_->memory(), boot);
 
   const auto& msrs = x86::msr_support(*kvm_);
-  const auto supported = kvm_->supported_cpuid();
+  const auto& supported = cached_supported_cpuid(*kvm_, cfg.kvm_device);
   for (uint32_t i = 0; i < cfg.vcpus; i++) {
     auto kv = std::make_unique<KvmVcpu>(*kvm_, *vm_, i);
     kv->set_cpuid(x86::build_cpuid(supported, i, cfg.vcpus, host_kind_, msrs));
@@ -308,6 +319,14 @@ MachineStats Machine::stats() const {
   }
   s.create_to_first_run_ns = first_run_ns_.load(std::memory_order_relaxed);
   return s;
+}
+
+std::vector<std::pair<uint64_t, BusDevice*>> Machine::devices() {
+  std::vector<std::pair<uint64_t, BusDevice*>> out;
+  out.emplace_back(x86::kSerialPort, serial_.get());
+  out.emplace_back(I8042::kBase, i8042_.get());
+  for (auto& v : virtio_) out.emplace_back(v.base, v.dev.get());
+  return out;
 }
 
 size_t Machine::console_input(const uint8_t* data, size_t len) { return serial_->enqueue_input(data, len); }

@@ -99,6 +99,17 @@ class Machine final : private VcpuHost {
   VsockHost* vsock() { return vsock_host_; }
   HostKind host_kind() const { return host_kind_; }
 
+  // For the snapshot code (native/snapshot): valid for the machine's life.
+  // Touch the vCPUs only while the machine is paused (every vCPU parked).
+  KvmSystem& kvm_system() { return *kvm_; }
+  KvmVm& kvm_vm() { return *vm_; }
+  size_t vcpu_count() const { return vcpus_.size(); }
+  KvmVcpu& kvm_vcpu(size_t i) { return vcpus_.at(i)->kvm(); }
+  EventLoop& event_loop() { return *loop_; }
+  // Every device in platform order: serial, i8042, then the virtio devices
+  // (disks, vsock, rng), each paired with its bus base address.
+  std::vector<std::pair<uint64_t, BusDevice*>> devices();
+
  private:
   void vcpu_pio(uint16_t port, uint8_t* data, size_t len, bool is_write) override;
   void vcpu_mmio(uint64_t addr, uint8_t* data, size_t len, bool is_write) override;

@@ -108,6 +108,7 @@ struct stream *stream_open(struct conn *c, uint32_t id, uint16_t kind) {
   s->recv_window = TP_INITIAL_WINDOW;
   s->next = c->streams;
   c->streams = s;
+  c->open_streams++;
   return s;
 }
 
@@ -118,6 +119,7 @@ void stream_close(struct stream *s) {
   for (struct stream **pp = &c->streams; *pp; pp = &(*pp)->next) {
     if (*pp == s) {
       *pp = s->next;
+      c->open_streams--;
       break;
     }
   }
@@ -297,6 +299,13 @@ static void on_conn_event(struct watcher *w, uint32_t events) {
 }
 
 void conn_accept_fd(int fd) {
+  unsigned live = 0;
+  for (struct conn *c = conns; c; c = c->next) live += !c->dead;
+  if (live >= CONN_MAX) {
+    log_error("%u connections open already: refusing one more", live);
+    close(fd);
+    return;
+  }
   struct conn *c = calloc(1, sizeof *c);
   uint8_t *in = malloc(64u << 10);
   if (!c || !in) {

@@ -50,7 +50,12 @@ struct conn {
   int closing; /* GOAWAY sent or received: flush, then close */
   int dead;    /* closed; freed after the current loop iteration */
   int reading_paused;
+  unsigned open_streams;
 };
+
+/* Bounds on what one peer can make the agent hold. */
+#define CONN_MAX 256            /* connections at once; more are closed at accept */
+#define CONN_MAX_STREAMS 4096   /* open streams per connection; more are refused */
 
 /* Output beyond which producers (process output, file reads) wait for the socket. */
 #define CONN_OUT_HIGH (1u << 20)

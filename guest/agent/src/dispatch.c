@@ -1,5 +1,6 @@
 #include "dispatch.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -50,8 +51,7 @@ static handler_fn handler_for(uint16_t type) {
 static void send_hello(struct conn *c) {
   struct tp_writer w;
   char name[64];
-  strcpy(name, "torpor-agent ");
-  strcat(name, agent_version());
+  snprintf(name, sizeof name, "torpor-agent %s", agent_version());
   if (frame_begin(c, &w, 128, 0, TP_HELLO, 0) != 0) return;
   tp_put_u32(&w, TP_T_VERSION, TP_PROTOCOL_VERSION);
   tp_put_u64(&w, TP_T_FEATURES,
@@ -98,8 +98,7 @@ static void on_ping(struct conn *c, const struct frame *f) {
 static void unknown_type(struct conn *c, uint32_t stream, uint16_t type) {
   struct tp_writer w;
   char msg[64];
-  strcpy(msg, "unknown frame type");
-  (void)type;
+  snprintf(msg, sizeof msg, "unexpected frame type %u", (unsigned)type);
   if (frame_begin(c, &w, 128, stream, TP_ERR, TP_FLAG_END | TP_FLAG_ERROR) != 0) return;
   tp_put_str(&w, TP_T_CODE, CODE_PROTOCOL_ERROR);
   tp_put_str(&w, TP_T_MESSAGE, msg);
@@ -172,6 +171,14 @@ static void new_request(struct conn *c, const struct frame *f) {
   handler_fn fn = handler_for(f->h.type);
   if (!fn) {
     unknown_type(c, id, f->h.type);
+    return;
+  }
+  if (c->open_streams >= CONN_MAX_STREAMS) {
+    struct tp_writer w;
+    if (frame_begin(c, &w, 128, id, TP_ERR, TP_FLAG_END | TP_FLAG_ERROR) != 0) return;
+    tp_put_str(&w, TP_T_CODE, CODE_REQUEST_FAILED);
+    tp_put_str(&w, TP_T_MESSAGE, "too many open streams on this connection");
+    frame_end(c, &w);
     return;
   }
   struct stream *s = stream_open(c, id, f->h.type);

@@ -320,8 +320,9 @@ void handle_proc_signal(struct stream *s, const struct frame *f) {
   }
   struct proc *p = find_live(s, pid);
   if (!p) return;
-  /* The whole group; the leader alone when it left its group. */
-  if (kill(-p->pid, (int)sig) != 0 && kill(p->pid, (int)sig) != 0 && !p->reaped) {
+  /* The whole group; the leader alone when it left its group (never a reaped pid: it
+   * may belong to someone else by now). An empty group of a reaped leader is fine. */
+  if (kill(-p->pid, (int)sig) != 0 && !p->reaped && kill(p->pid, (int)sig) != 0) {
     answer_errno(s, errno, "kill failed");
     return;
   }

@@ -272,7 +272,6 @@ static int remove_below(int dfd, int level) {
       rc = -1;
       break;
     }
-    rewinddir(d); /* entries moved while we deleted: start over, it is cheap */
   }
   int e = errno;
   closedir(d);

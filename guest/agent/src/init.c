@@ -8,6 +8,7 @@
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/reboot.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
@@ -108,6 +109,12 @@ void init_system(const struct agent_options *o) {
     log_error("sethostname: %s", strerror(errno));
   if (o->is_pid1) {
     umask(022);
+    /* Every connection, stream and process costs descriptors: take what the kernel allows. */
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+      rl.rlim_cur = rl.rlim_max;
+      setrlimit(RLIMIT_NOFILE, &rl);
+    }
     /* The kernel hands init HOME=/ and TERM=linux and no PATH. */
     setenv("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", 0);
     setenv("HOME", "/root", 1);

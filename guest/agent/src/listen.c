@@ -1,6 +1,7 @@
 #include "listen.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/vm_sockets.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -14,6 +15,9 @@
 
 static struct watcher listener;
 static char unix_path[108];
+/* Held open so that, out of descriptors, the agent can still accept and close a pending
+ * connection instead of spinning on a listener that stays readable. */
+static int reserve_fd = -1;
 
 static void on_accept(struct watcher *w, uint32_t events) {
   (void)events;
@@ -24,6 +28,14 @@ static void on_accept(struct watcher *w, uint32_t events) {
       continue;
     }
     if (errno == EINTR || errno == ECONNABORTED) continue;
+    if ((errno == EMFILE || errno == ENFILE) && reserve_fd >= 0) {
+      log_error("accept: out of file descriptors: refusing a connection");
+      close(reserve_fd);
+      int victim = accept4(w->fd, NULL, NULL, SOCK_CLOEXEC);
+      if (victim >= 0) close(victim);
+      reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+      continue;
+    }
     if (errno != EAGAIN && errno != EWOULDBLOCK) log_error("accept: %s", strerror(errno));
     return;
   }
@@ -54,6 +66,7 @@ int listen_start(const struct agent_options *o) {
     if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0) goto fail;
   }
   if (listen(fd, 128) != 0) goto fail;
+  if (reserve_fd < 0) reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
   listener.fd = fd;
   listener.fn = on_accept;
   if (loop_watch(&listener, EPOLLIN) != 0) goto fail;

@@ -1,7 +1,9 @@
 // make_virtio_blk / make_virtio_rng (declared in virtio_mmio.h): build the
 // device, wrap it in the virtio-mmio transport. make_virtio_vsock lives with
 // the vsock device.
+#include <cerrno>
 #include <memory>
+#include <mutex>
 
 #include "common/error.h"
 #include "devices/virtio/blk/blk_device.h"
@@ -35,6 +37,19 @@ std::unique_ptr<VirtioMmioDevice> make_virtio_blk(GuestMemory& mem, IrqLine& irq
     disk = std::make_unique<OverlayDisk>(std::move(base), opts.overlay_path, size, opts.read_only);
   auto dev = std::make_unique<VirtioBlkDevice>(mem, std::move(disk), opts.serial, opts.read_only);
   return std::make_unique<VirtioMmioTransport>(mem, irq, loop, std::move(dev));
+}
+
+VirtioBlkDevice* virtio_blk_of(VirtioMmioDevice& dev) {
+  auto* transport = dynamic_cast<VirtioMmioTransport*>(&dev);
+  return transport ? dynamic_cast<VirtioBlkDevice*>(&transport->device()) : nullptr;
+}
+
+int virtio_blk_flush(VirtioMmioDevice& dev) {
+  VirtioBlkDevice* blk = virtio_blk_of(dev);
+  if (!blk) return -EINVAL;
+  auto& transport = static_cast<VirtioMmioTransport&>(dev);
+  std::lock_guard<std::mutex> lock(transport.lock());
+  return blk->disk().flush();
 }
 
 std::unique_ptr<VirtioMmioDevice> make_virtio_rng(GuestMemory& mem, IrqLine& irq, EventLoop& loop) {

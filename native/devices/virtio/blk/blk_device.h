@@ -100,4 +100,16 @@ class VirtioBlkDevice final : public VirtioDevice {
   DescriptorChain chain_;
 };
 
+class VirtioMmioDevice;
+
+// For the snapshot code. The blk device behind a transport made by
+// make_virtio_blk, or nullptr for any other device. Call its methods only
+// under the transport's lock (virtio_blk_flush does that).
+VirtioBlkDevice* virtio_blk_of(VirtioMmioDevice& dev);
+// Takes the transport's lock (so no request is in flight: requests complete
+// under it) and flushes the disk: data synced, map persisted. 0 or -errno;
+// -EINVAL when `dev` is not a virtio-blk device. Blocks on fdatasync: call
+// it off the JS thread.
+int virtio_blk_flush(VirtioMmioDevice& dev);
+
 }  // namespace torpor

@@ -328,3 +328,16 @@ TEST("virtio-blk: DISCARD over the overlay, offered only when the disk takes it;
   CHECK_EQ(r.at(kData + 0x10000)[12288], uint8_t{0x77});
   std::filesystem::remove_all(dir);
 }
+
+TEST("virtio-blk: virtio_blk_of / virtio_blk_flush reach the disk behind a transport") {
+  BlkRig r;
+  CHECK(virtio_blk_of(*r.dev) != nullptr);
+  CHECK_EQ(virtio_blk_flush(*r.dev), 0);
+  CHECK_EQ(r.disk->flushes(), 1);
+  FakeRam ram(1 << 20);
+  CountingIrq irq;
+  EventLoop loop;
+  auto rng = make_virtio_rng(ram.mem, irq, loop);
+  CHECK(virtio_blk_of(*rng) == nullptr);
+  CHECK_EQ(virtio_blk_flush(*rng), -EINVAL);
+}

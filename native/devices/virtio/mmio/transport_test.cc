@@ -32,9 +32,14 @@ struct Rig {
 constexpr uint32_t kOkStatus = virtio::kStatusAcknowledge | virtio::kStatusDriver | virtio::kStatusFeaturesOk |
                                virtio::kStatusDriverOk;
 
-bool wait_for(const std::function<bool()>& cond) {
+// Polls the device's own count of used entries under its lock (reading the
+// used ring while the I/O thread writes it would be a race in C++ terms).
+bool wait_used(VirtioMmioTransport& dev, uint16_t n) {
   for (int i = 0; i < 2000; i++) {
-    if (cond()) return true;
+    {
+      std::lock_guard<std::mutex> lock(dev.lock());
+      if (dev.queue(0).next_used() == n) return true;
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   return false;
@@ -124,7 +129,7 @@ TEST("virtio-mmio: a QueueNotify write is served on the I/O thread") {
   CHECK_EQ(r.init(), kOkStatus);
   r.driver.add_chain({{kBuf, 16, true}});
   reg_write(*r.dev, kQueueNotify, 0);
-  CHECK(wait_for([&] { return r.driver.used_idx() == 1; }));
+  CHECK(wait_used(*r.dev, 1));
   reg_write(*r.dev, kQueueNotify, 7);  // no such queue: ignored
   r.loop.stop();
 }
@@ -221,7 +226,7 @@ TEST("virtio-mmio: save/restore carries registers and queues to a new transport"
   // The restore posted one notification per live queue, for kicks lost in the capture.
   a.driver.add_chain({{kBuf, 8, true}});
   loop.start();
-  CHECK(wait_for([&] { return a.driver.used_idx() == 3; }));  // posted before start, served now
+  CHECK(wait_used(b, 3));  // posted before start, served now
   loop.stop();
 
   // Malformed or foreign state is refused and leaves a reset, usable device.
@@ -252,4 +257,35 @@ TEST("virtio-mmio: a notification posted before destruction is dropped safely") 
   loop.run_sync([] {});  // the posted closure ran and found the transport gone
   loop.stop();
   CHECK_EQ(driver.used_idx(), uint16_t{0});
+}
+
+TEST("virtio-mmio: vCPU threads hammering registers while the I/O thread serves the queue") {
+  Rig r;
+  CHECK_EQ(r.init(), kOkStatus);
+  const uint16_t n = 16;
+  for (uint16_t i = 0; i < n; i++) r.driver.add_chain({{kBuf + 64u * i, 64, true}});
+  r.loop.start();
+  std::atomic<bool> done{false};
+  std::thread kicker([&] {
+    while (!done) {
+      reg_write(*r.dev, kQueueNotify, 0);
+      uint32_t isr = reg_read(*r.dev, kInterruptStatus);
+      if (isr) reg_write(*r.dev, kInterruptAck, isr);
+    }
+  });
+  std::thread reader([&] {
+    while (!done) {
+      uint32_t cfg = 0;
+      r.dev->read(kConfig, reinterpret_cast<uint8_t*>(&cfg), 4);
+      CHECK_EQ(reg_read(*r.dev, kStatus), kOkStatus);
+      CHECK_EQ(reg_read(*r.dev, kQueueNumMax), 64u);
+    }
+  });
+  bool served = wait_used(*r.dev, n);
+  done = true;
+  kicker.join();
+  reader.join();
+  r.loop.stop();
+  CHECK(served);
+  CHECK_EQ(r.driver.used_idx(), n);
 }

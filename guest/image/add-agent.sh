@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Writes the guest agent into a copy of the base image, as /usr/sbin/torpor-agent
+# (root:root, 0755), without mounting anything (debugfs edits the ext4 file
+# directly, so no root is needed). The kernel starts it with
+# init=/usr/sbin/torpor-agent.
+#
+# usage: add-agent.sh BASE_IMAGE AGENT OUT_IMAGE
+set -euo pipefail
+base=${1:?usage: add-agent.sh BASE_IMAGE AGENT OUT_IMAGE}
+agent=${2:?usage: add-agent.sh BASE_IMAGE AGENT OUT_IMAGE}
+out=${3:?usage: add-agent.sh BASE_IMAGE AGENT OUT_IMAGE}
+export PATH=$PATH:/usr/sbin:/sbin
+for tool in debugfs e2fsck; do
+  command -v "$tool" >/dev/null || { echo "add-agent.sh: missing tool '$tool' (e2fsprogs)" >&2; exit 2; }
+done
+[[ -f $agent ]] || { echo "add-agent.sh: agent binary $agent is missing" >&2; exit 2; }
+case $agent in *[[:space:]\"]*) echo "add-agent.sh: agent path must not contain spaces or quotes: $agent" >&2; exit 2 ;; esac
+
+cp --sparse=always "$base" "$out.tmp"
+# debugfs reports failures on stderr but still exits 0 (and `rm` of a file that is
+# not there is expected): check the result explicitly below instead.
+debugfs -w -f - "$out.tmp" >/dev/null 2>&1 <<CMDS
+rm /usr/sbin/torpor-agent
+write $agent /usr/sbin/torpor-agent
+set_inode_field /usr/sbin/torpor-agent mode 0100755
+set_inode_field /usr/sbin/torpor-agent uid 0
+set_inode_field /usr/sbin/torpor-agent gid 0
+CMDS
+stat=$(debugfs -R 'stat /usr/sbin/torpor-agent' "$out.tmp" 2>/dev/null)
+want=$(stat -c %s "$agent")
+grep -qE "Size: ${want}\b" <<< "$stat" || { echo "add-agent.sh: /usr/sbin/torpor-agent was not written ($want bytes expected)" >&2; exit 1; }
+grep -qE 'Mode: +0755' <<< "$stat" || { echo "add-agent.sh: /usr/sbin/torpor-agent has the wrong mode" >&2; exit 1; }
+e2fsck -fn "$out.tmp" >/dev/null
+mv "$out.tmp" "$out"
+echo "add-agent.sh: $out holds the agent ($want bytes)"
