@@ -30,6 +30,8 @@ export class Connection {
   private readonly decoder = new FrameDecoder();
   private readonly pings = new Map<string, { done: () => void; fail: (err: TorporError) => void }>();
   private closed = false;
+  private readonly pingPrefix = randomBytes(4).readUInt32LE(0);
+  private pingCounter = 0;
   private drainWaiters: Array<() => void> = [];
   private helloResolve: ((fields: Fields) => void) | null = null;
   private helloReject: ((err: TorporError) => void) | null = null;
@@ -82,7 +84,10 @@ export class Connection {
   }
 
   async ping(timeoutMs: number): Promise<bigint> {
-    const nonce = randomBytes(8);
+    // Unique per connection is all a nonce needs: a random prefix and a counter.
+    const nonce = Buffer.allocUnsafe(8);
+    nonce.writeUInt32LE(this.pingPrefix, 0);
+    nonce.writeUInt32LE(++this.pingCounter >>> 0, 4);
     const key = nonce.toString('hex');
     return new Promise<bigint>((resolve, reject) => {
       const timer = setTimeout(() => {

@@ -126,8 +126,7 @@ export class Sandbox implements AsyncDisposable {
     const support = await linuxGuestSupport(opts.boot?.kernel);
     if (!support.ok) throw new KvmUnavailableError(`cannot start a Linux sandbox on this host: ${support.reason}`);
 
-    const { ensureArtifacts } = await import('../setup/artifacts.js');
-    const artifacts = await ensureArtifacts(opts.boot?.kernel ? { kernel: opts.boot.kernel } : {});
+    const artifacts = await sharedArtifacts(opts.boot?.kernel);
     if (!artifacts.linuxBootable) {
       throw new KvmUnavailableError(`cannot start a Linux sandbox on this host: ${artifacts.notes.join(' ')}`);
     }
@@ -198,9 +197,12 @@ export class Sandbox implements AsyncDisposable {
     if (this.killed) return;
     this.killed = true;
     if (this.lifetimeTimer) clearTimeout(this.lifetimeTimer);
-    await this.client.close();
-    await this.machine.stop();
-    await rm(this.dir, { recursive: true, force: true });
+    try {
+      await this.client.close();
+      await this.machine.stop();
+    } finally {
+      await rm(this.dir, { recursive: true, force: true });
+    }
   }
 
   async [Symbol.asyncDispose](): Promise<void> {
@@ -210,6 +212,22 @@ export class Sandbox implements AsyncDisposable {
 
 function tailText(machine: Machine): string {
   return machine.consoleTail().toString('utf8');
+}
+
+/** Concurrent creates (8 sandboxes at once) share one ensureArtifacts() call instead of racing
+ *  to check or build the same store entries; the next create after it settled asks again. */
+const inFlight = new Map<string, ReturnType<typeof ensureArtifactsOnce>>();
+function ensureArtifactsOnce(kernel: string | undefined) {
+  return import('../setup/artifacts.js').then(({ ensureArtifacts }) => ensureArtifacts(kernel ? { kernel } : {}));
+}
+function sharedArtifacts(kernel: string | undefined): ReturnType<typeof ensureArtifactsOnce> {
+  const key = kernel ?? '';
+  let p = inFlight.get(key);
+  if (!p) {
+    p = ensureArtifactsOnce(kernel).finally(() => inFlight.delete(key));
+    inFlight.set(key, p);
+  }
+  return p;
 }
 
 async function writeMeta(dir: string, meta: object): Promise<void> {
