@@ -8,6 +8,8 @@ import * as assert from 'uvu/assert';
 import { AgentClient } from '../lib/agent/client.js';
 import { FieldWriter } from '../lib/agent/fields.js';
 import { FrameType } from '../lib/agent/protocol.js';
+import { TorporError } from '../lib/errors.js';
+import { createAgentApi } from '../lib/sandbox/agent-api.js';
 import { Machine } from '../lib/vm/machine.js';
 import { kvmSkipReason, sleep, testvmImage } from './vmm-guests.js';
 
@@ -41,6 +43,8 @@ kvmTest('HELLO, PING, ECHO over vsock; reconnect after a transport reset; a re-a
     assert.match(client.hello.name, /^torpor-testvm/);
     assert.ok(client.supports('request_ids'));
     assert.not.ok(client.supports('exec'), 'the test guest announces no exec');
+    const refused = await createAgentApi(client).commands.run(['true']).catch((e) => e);
+    assert.ok(refused instanceof TorporError && /does not offer exec/.test(refused.message), 'no request for a feature not announced');
 
     const rtts: number[] = [];
     for (let i = 0; i < 50; i++) rtts.push(await client.ping());

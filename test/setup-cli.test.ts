@@ -25,7 +25,7 @@ test('torpor --help and an unknown command', () => {
   const help = torpor(['--help']);
   assert.is(help.status, 0);
   assert.match(help.stdout, /^usage: torpor <command>/);
-  assert.match(help.stdout, /setup \[--kernel PATH\] \[--json\] \[--verify\]/);
+  assert.match(help.stdout, /setup \[--kernel PATH \| --own-kernel\] \[--json\] \[--verify\]/);
   assert.match(help.stdout, /--kernel PATH/);
   const bad = torpor(['frobnicate']);
   assert.is(bad.status, 2);
@@ -130,6 +130,12 @@ test('setup --kernel PATH: checked, stored by content, remembered for later runs
     const bad = torpor(['setup'], { TORPOR_HOME: home, TORPOR_KERNEL: '/etc/hostname' });
     assert.is(bad.status, 1);
     assert.match(bad.stderr, /KERNEL_INVALID: \/etc\/hostname is not a kernel/);
+
+    // --own-kernel forgets the choice: back to torpor's kernel.
+    const own = torpor(['setup', '--own-kernel', '--json'], { TORPOR_HOME: home });
+    assert.is(own.status, 0, own.stderr);
+    assert.is((JSON.parse(own.stdout) as Record<string, string>).kernel!.slice(home.length), ours.kernel!.slice(homeLayout().root.length));
+    assert.not.ok('kernel' in (JSON.parse(await readFile(join(home, 'setup.json'), 'utf8')) as object));
   } finally {
     await rm(home, { recursive: true, force: true });
   }

@@ -71,6 +71,13 @@ export class AgentClient {
     return (this.helloInfo.features & Feature[feature]) !== 0n;
   }
 
+  /** Throws when the agent did not announce `feature` (the client uses only what both sides do). */
+  requireFeature(feature: keyof typeof Feature): void {
+    if (!this.supports(feature)) {
+      throw new TorporError('REQUEST_FAILED', `the agent (${this.helloInfo.name || 'unnamed'}) does not offer ${feature}; it announced features 0x${this.helloInfo.features.toString(16)}`);
+    }
+  }
+
   get closed(): boolean {
     return this.closedByUser || (this.conn === null && this.reconnecting === null);
   }

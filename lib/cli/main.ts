@@ -6,12 +6,13 @@ import { runSetup } from './setup.js';
 export const USAGE = `usage: torpor <command> [options]
 
 commands:
-  setup [--kernel PATH] [--json] [--verify]
+  setup [--kernel PATH | --own-kernel] [--json] [--verify]
       Build (once) and store what Linux sandboxes boot from: the guest kernel,
       the base root filesystem (Debian bookworm, needs root) and the guest agent.
       --kernel PATH  use this kernel instead of building ours (vmlinux ELF or a
                      64-bit bzImage); remembered for later runs. TORPOR_KERNEL=PATH
                      does the same for one run.
+      --own-kernel   forget a remembered --kernel and use torpor's own kernel again
       --json         print {"kernel","rootfs","agent","host"} at the end
       --verify       hash every stored artifact in full (default: size, mtime, header)
   doctor

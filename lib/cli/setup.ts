@@ -12,6 +12,7 @@ export async function runSetup(argv: string[]): Promise<number> {
       args: argv,
       options: {
         kernel: { type: 'string' },
+        'own-kernel': { type: 'boolean', default: false },
         json: { type: 'boolean', default: false },
         verify: { type: 'boolean', default: false },
       },
@@ -21,11 +22,15 @@ export async function runSetup(argv: string[]): Promise<number> {
   } catch (err) {
     throw new InvalidArgumentError(`${(err as Error).message} (see torpor --help)`);
   }
+  if (values.kernel !== undefined && values['own-kernel']) {
+    throw new InvalidArgumentError('--kernel and --own-kernel exclude each other');
+  }
   const started = Date.now();
   // Progress goes to stderr so --json leaves stdout machine-readable.
   const report = await ensureArtifacts({
     kernel: values.kernel,
     recordKernel: values.kernel !== undefined,
+    forgetKernel: values['own-kernel'],
     verify: values.verify,
     onProgress: streamProgress(process.stderr),
   });

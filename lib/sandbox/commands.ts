@@ -80,11 +80,19 @@ export interface CommandDefaults {
 }
 
 export class Commands implements ProcessControl {
-  /** @internal */
+  private readonly client: () => AgentClient;
+
+  /** @internal built by createAgentApi / Sandbox */
   constructor(
-    private readonly client: () => AgentClient,
+    client: () => AgentClient,
     private readonly defaults: CommandDefaults = {},
-  ) {}
+  ) {
+    this.client = () => {
+      const c = client();
+      c.requireFeature('exec');
+      return c;
+    };
+  }
 
   run(cmd: string | string[], opts: CommandStartOpts & { background: true }): Promise<CommandHandle>;
   run(cmd: string | string[], opts?: CommandStartOpts & { background?: false }): Promise<CommandResult>;
@@ -179,7 +187,9 @@ export class Commands implements ProcessControl {
   ): Promise<CommandHandle> {
     const out = new OutputBuffer(true);
     const err = new OutputBuffer(true);
-    const session = ExecSession.attach(this.client(), pid, offsets, {
+    const client = this.client();
+    client.requireFeature('attach');
+    const session = ExecSession.attach(client, pid, offsets, {
       onStdout: (data) => deliver(opts.onStdout, out.push(data)),
       onStderr: (data) => deliver(opts.onStderr, err.push(data)),
     });

@@ -39,8 +39,16 @@ export interface WriteEntry {
 }
 
 export class Files {
+  private readonly client: () => AgentClient;
+
   /** @internal */
-  constructor(private readonly client: () => AgentClient) {}
+  constructor(client: () => AgentClient) {
+    this.client = () => {
+      const c = client();
+      c.requireFeature('files');
+      return c;
+    };
+  }
 
   read(path: string, opts?: { format?: 'text' }): Promise<string>;
   read(path: string, opts: { format: 'bytes' }): Promise<Uint8Array>;

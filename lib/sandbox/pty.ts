@@ -56,6 +56,7 @@ export class Pty {
     checkInt('opts.timeoutMs', opts.timeoutMs, 0, 0xffffffff);
     if (opts.cmd !== undefined && (!Array.isArray(opts.cmd) || opts.cmd.length === 0)) fail('opts.cmd', 'a non-empty argv array', opts.cmd);
     opts.cmd?.forEach((a, i) => checkString(`opts.cmd[${i}]`, a));
+    this.client().requireFeature('pty');
     const argv = opts.cmd ?? ['/bin/bash', '-i', '-l'];
     const envs = { TERM: 'xterm-256color', ...(opts.envs ?? {}) };
     const onData = opts.onData;

@@ -115,6 +115,11 @@ export class Sandbox implements AsyncDisposable {
     this.commands = api.commands;
     this.files = api.files;
     this.pty = api.pty;
+    // A guest that stops by itself (panic, reset, poweroff) takes the agent with it: end the
+    // session now rather than letting requests wait for reconnects that cannot succeed.
+    machine.once('exit', () => {
+      if (!this.killed) void this.client.close();
+    });
   }
 
   static async create(opts: SandboxOpts = {}): Promise<Sandbox> {

@@ -21,6 +21,8 @@ export interface EnsureArtifactsOptions {
   kernel?: string;
   /** Remember `kernel` for later runs (what `torpor setup --kernel` does). */
   recordKernel?: boolean;
+  /** Forget a remembered kernel and go back to ours (`torpor setup --own-kernel`). */
+  forgetKernel?: boolean;
   /** A prebuilt static agent instead of `make -C guest/agent` (default: $TORPOR_AGENT). */
   agent?: string;
   /** Hash every artifact in full instead of the cheap size/mtime/header check. */
@@ -89,6 +91,10 @@ export async function ensureArtifacts(options: EnsureArtifactsOptions = {}): Pro
 
   const host = detectHost();
   const record = await readRecord(layout.setupRecord);
+  if (options.forgetKernel && record.kernel) {
+    delete record.kernel;
+    await writeRecord(layout.setupRecord, record);
+  }
   const explicitKernel = options.kernel ?? process.env.TORPOR_KERNEL;
   const supplied = explicitKernel ?? record.kernel?.source;
   const prebuiltAgent = options.agent ?? process.env.TORPOR_AGENT;
@@ -96,8 +102,8 @@ export async function ensureArtifacts(options: EnsureArtifactsOptions = {}): Pro
   if (explicitKernel) await inspectKernel(explicitKernel);
 
   // Decide up front which phases must build, so a host missing tools hears
-  // about all of them in one message. The rootfs guess uses the agent binary
-  // as it is now; the agent phase below may still change it.
+  // about all of them in one message. (Adding a changed agent to the image
+  // needs only debugfs, checked with the agent phase.)
   const needed: PhaseName[] = [];
   const kernelSpec = supplied ? undefined : await builtKernelSpec(progress);
   if (kernelSpec && !(await isCached(root, kernelSpec.kind, kernelSpec.inputs, kernelSpec.files, verify))) {
