@@ -73,6 +73,8 @@ export interface NativeMachineStats {
   haltExits: number;
   /** Nanoseconds from construction to the first KVM_RUN entering the guest. */
   createToFirstRunNs: number;
+  /** Nanoseconds from construction to the first PIO/MMIO exit (the guest's first instructions ran). */
+  createToFirstExitNs: number;
 }
 
 export interface NativeMachine {

@@ -10,6 +10,7 @@ import * as assert from 'uvu/assert';
 
 import { TorporError } from '../lib/errors.js';
 import { packageRoot } from '../lib/setup/paths.js';
+import { streamProgress } from '../lib/setup/progress.js';
 import { missingPackages, requireTools } from '../lib/setup/tools.js';
 import { homeLayout } from '../lib/store/home.js';
 
@@ -33,6 +34,30 @@ test('torpor --help and an unknown command', () => {
   const badFlag = torpor(['setup', '--frobnicate']);
   assert.is(badFlag.status, 2);
   assert.match(badFlag.stderr, /INVALID_ARGUMENT/);
+});
+
+test('progress: plain lines per phase (percent, bytes, elapsed); a TTY rewrites one status line', () => {
+  const sink = (tty: boolean) => {
+    const writes: string[] = [];
+    const stream = { isTTY: tty, columns: 80, write: (s: string) => (writes.push(s), true) } as unknown as NodeJS.WriteStream;
+    return { writes, progress: streamProgress(stream, 10_000) };
+  };
+  const plain = sink(false);
+  plain.progress({ phase: 'kernel', status: 'start', message: 'building Linux', elapsedMs: 0 });
+  plain.progress({ phase: 'kernel', status: 'step', percent: 12.5, message: 'compile', elapsedMs: 61_000 });
+  plain.progress({ phase: 'kernel', status: 'step', percent: 13, message: 'compile', elapsedMs: 62_000 }); // throttled
+  plain.progress({ phase: 'rootfs', status: 'step', bytes: 3 << 20, message: 'mkfs.ext4', elapsedMs: 1500 });
+  plain.progress({ phase: 'kernel', status: 'done', elapsedMs: 300_000 });
+  assert.equal(plain.writes, [
+    'kernel: starting building Linux (0.0 s)\n',
+    'kernel: 12% compile (61.0 s)\n',
+    'rootfs: 3.0 MiB mkfs.ext4 (1.5 s)\n',
+    'kernel: done (300.0 s)\n',
+  ]);
+  const tty = sink(true);
+  tty.progress({ phase: 'kernel', status: 'step', percent: 50, message: 'compile', elapsedMs: 1000 });
+  tty.progress({ phase: 'kernel', status: 'done', elapsedMs: 2000 });
+  assert.equal(tty.writes, ['\r\x1b[Kkernel: 50% compile (1.0 s)', '\r\x1b[K', 'kernel: done (2.0 s)\n']);
 });
 
 test('missing host tools produce one message naming the Debian packages', () => {

@@ -12,6 +12,8 @@ import {
   PVH_BANNER,
   PVH_START_INFO_MAGIC,
   SMP_CODE,
+  INT3_LOOP,
+  PIO_LOOP,
   TAG_BASE_GPA,
   TAG_PAGES,
   bzImage,
@@ -235,6 +237,42 @@ kvmTest('SMP: the guest starts vCPU 1 with INIT/SIPI through the in-kernel LAPIC
   await m.resume();
   assert.is(m.state, 'running');
   await m.stop();
+});
+
+kvmTest('200 pause/resume cycles with PIO exits in flight on 2 vCPUs, then stop during a pause', async () => {
+  const m = Machine.create({ kernel: writeTemp('pio.elf', pvhElf32(PIO_LOOP)), vcpus: 2, memoryMiB: 16 });
+  await m.start();
+  let last = 0;
+  for (let i = 0; i < 200; i++) {
+    await m.pause();
+    const exits = m.stats().pioExits;
+    assert.ok(exits >= last, 'exit counter went backwards');
+    await m.resume();
+    last = exits;
+  }
+  assert.ok(m.stats().pioExits > 200, `only ${m.stats().pioExits} PIO exits`);
+  const pausing = m.pause();
+  const reason = await m.stop();
+  assert.is(reason.kind, 'stop');
+  await pausing.then(
+    () => undefined,
+    (err: TorporError) => assert.is(err.code, 'INVALID_STATE'),
+  );
+  assert.is(m.state, 'stopped');
+});
+
+kvmTest('an instruction the guest cannot run fails the machine with the reason (emulation failure or triple fault)', async () => {
+  const m = Machine.create({ kernel: writeTemp('int3.elf', pvhElf32(INT3_LOOP)), vcpus: 1, memoryMiB: 16 });
+  const ended = waitExit(m);
+  await m.start();
+  const e = await ended;
+  assert.is(e.state, 'failed');
+  assert.ok(['emulation-failure', 'triple-fault'].includes(e.kind), e.kind);
+  assert.ok(e.message.length > 10, e.message);
+  const again = Machine.create({ kernel: pvh, vcpus: 1, memoryMiB: 16 });
+  await again.start();
+  await again.waitForConsole(PVH_BANNER, 5000);
+  await again.stop();
 });
 
 kvmTest('8 machines at once in one process', async () => {

@@ -181,3 +181,5 @@ export const SMP_CODE = Buffer.from(
     'c7050003e0fe08460000c7050003e0fe0846000066baf803b042eeebfe',
   'hex',
 );
+/** `int3; jmp .-3`: on PVM the instruction emulator cannot run int3 (emulation failure); on hardware it faults through the empty IDT (triple fault). */
+export const INT3_LOOP = Buffer.from('ccebfd', 'hex');

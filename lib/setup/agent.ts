@@ -1,12 +1,13 @@
 // The agent phase: the guest agent (guest/agent, built by its own Makefile) as
 // a store artifact keyed by the binary's hash. The rootfs key includes that
 // hash, so a changed agent yields a new image.
-import { copyFile, chmod } from 'node:fs/promises';
+import { chmod, copyFile, mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
 
 import { TorporError } from '../errors.js';
 import { ensureArtifact, type ArtifactResult } from '../store/artifact.js';
 import { sha256File } from '../store/hash.js';
+import { acquireLock } from '../store/lock.js';
 import { agentDir } from './paths.js';
 import type { ProgressSink } from './progress.js';
 import { runScript } from './run-script.js';
@@ -20,18 +21,8 @@ export interface AgentArtifact {
 /** Where `make -C guest/agent` puts the static guest binary. */
 export const AGENT_MAKE_OUTPUT = join(agentDir, 'out', 'torpor-agent-static');
 
-/**
- * Brings the agent up to date (make is incremental: a no-op costs milliseconds)
- * unless `prebuilt` names a binary to use, then stores a copy.
- */
-export async function ensureAgent(root: string, verify: boolean, prebuilt?: string, onProgress?: ProgressSink): Promise<AgentArtifact> {
-  let source = prebuilt;
-  if (!source) {
-    await runScript('make', ['-s', '-C', agentDir, 'out/torpor-agent-static'], {
-      what: 'building the guest agent (make -C guest/agent)',
-    });
-    source = AGENT_MAKE_OUTPUT;
-  }
+/** Hashes `source` and stores a copy of it as the agent artifact. */
+async function storeAgent(source: string, root: string, verify: boolean, onProgress?: ProgressSink): Promise<AgentArtifact> {
   let hash: string;
   try {
     hash = await sha256File(source);
@@ -56,4 +47,24 @@ export async function ensureAgent(root: string, verify: boolean, prebuilt?: stri
     { root, verify },
   );
   return { path: join(artifact.dir, 'torpor-agent'), sha256: hash, artifact };
+}
+
+/**
+ * Brings the agent up to date (make is incremental: a no-op costs milliseconds)
+ * unless `prebuilt` names a binary to use, then stores a copy.
+ */
+export async function ensureAgent(root: string, verify: boolean, prebuilt?: string, onProgress?: ProgressSink): Promise<AgentArtifact> {
+  if (prebuilt) return storeAgent(prebuilt, root, verify, onProgress);
+  // Two torpor processes running make at once could each hash a binary the
+  // other is still writing: make, hash and copy under one lock (kept in the store).
+  await mkdir(root, { recursive: true });
+  const lock = await acquireLock(join(root, 'agent-make.lock'));
+  try {
+    await runScript('make', ['-s', '-C', agentDir, 'out/torpor-agent-static'], {
+      what: 'building the guest agent (make -C guest/agent)',
+    });
+    return await storeAgent(AGENT_MAKE_OUTPUT, root, verify, onProgress);
+  } finally {
+    await lock.release();
+  }
 }

@@ -348,6 +348,7 @@ Napi::Value MachineWrap::stats(const Napi::CallbackInfo& info) {
     o.Set("mmioExits", static_cast<double>(s.mmio_exits));
     o.Set("haltExits", static_cast<double>(s.halt_exits));
     o.Set("createToFirstRunNs", static_cast<double>(s.create_to_first_run_ns));
+    o.Set("createToFirstExitNs", static_cast<double>(s.create_to_first_exit_ns));
     return o;
   });
 }

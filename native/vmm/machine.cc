@@ -318,6 +318,7 @@ MachineStats Machine::stats() const {
     s.halt_exits += c.hlt.load(std::memory_order_relaxed);
   }
   s.create_to_first_run_ns = first_run_ns_.load(std::memory_order_relaxed);
+  s.create_to_first_exit_ns = first_exit_ns_.load(std::memory_order_relaxed);
   return s;
 }
 
@@ -331,7 +332,13 @@ std::vector<std::pair<uint64_t, BusDevice*>> Machine::devices() {
 
 size_t Machine::console_input(const uint8_t* data, size_t len) { return serial_->enqueue_input(data, len); }
 
+void Machine::note_first_exit() {
+  uint64_t zero = 0;
+  first_exit_ns_.compare_exchange_strong(zero, now_ns(created_at_), std::memory_order_relaxed);
+}
+
 void Machine::vcpu_pio(uint16_t port, uint8_t* data, size_t len, bool is_write) {
+  if (first_exit_ns_.load(std::memory_order_relaxed) == 0) note_first_exit();
   if (is_write) {
     pio_bus_.write(port, data, len);
   } else if (!pio_bus_.read(port, data, len)) {
@@ -340,6 +347,7 @@ void Machine::vcpu_pio(uint16_t port, uint8_t* data, size_t len, bool is_write) 
 }
 
 void Machine::vcpu_mmio(uint64_t addr, uint8_t* data, size_t len, bool is_write) {
+  if (first_exit_ns_.load(std::memory_order_relaxed) == 0) note_first_exit();
   if (is_write) {
     mmio_bus_.write(addr, data, len);
   } else if (!mmio_bus_.read(addr, data, len)) {

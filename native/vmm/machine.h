@@ -64,6 +64,7 @@ struct ExitReason {
 struct MachineStats {
   uint64_t exits = 0, pio_exits = 0, mmio_exits = 0, halt_exits = 0;
   uint64_t create_to_first_run_ns = 0;
+  uint64_t create_to_first_exit_ns = 0;  // first PIO/MMIO exit: the guest ran its first instructions
 };
 
 class Machine final : private VcpuHost {
@@ -158,6 +159,8 @@ class Machine final : private VcpuHost {
   uint32_t entered_ = 0, parked_ = 0, exited_ = 0;
   std::vector<Done> start_waiters_, pause_waiters_;
   std::atomic<uint64_t> first_run_ns_{0};
+  std::atomic<uint64_t> first_exit_ns_{0};
+  void note_first_exit();
   std::once_flag finish_once_;
 };
 

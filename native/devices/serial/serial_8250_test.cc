@@ -1,6 +1,8 @@
 #include "devices/serial/serial_8250.h"
 
+#include <algorithm>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "test/check.h"
@@ -195,4 +197,31 @@ TEST("serial: save/restore round trip and validation") {
   StateReader rb(bad);
   CHECK_THROWS_CODE(b.dev.restore(rb), "SNAPSHOT_INVALID");
   CHECK_EQ(b.in(SCR), 0x77);  // unchanged by the refused restore
+}
+
+TEST("serial: input from the host thread while a vCPU thread drains it, in order") {
+  Uart u;
+  const size_t total = 100000;
+  std::thread host([&] {
+    size_t sent = 0;
+    while (sent < total) {
+      uint8_t chunk[64];
+      size_t n = std::min<size_t>(sizeof chunk, total - sent);
+      for (size_t i = 0; i < n; i++) chunk[i] = static_cast<uint8_t>((sent + i) % 251);
+      size_t took = u.dev.enqueue_input(chunk, n);
+      sent += took;
+      if (took < n) std::this_thread::yield();
+    }
+  });
+  size_t got = 0;
+  bool in_order = true;
+  while (got < total) {
+    if (!(u.in(LSR) & 0x01)) continue;
+    uint8_t b = u.in(0);
+    if (b != got % 251) in_order = false;
+    got++;
+  }
+  host.join();
+  CHECK(in_order);
+  CHECK_EQ(u.dev.input_space(), Serial8250::kRxCapacity);
 }
