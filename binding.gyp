@@ -20,9 +20,9 @@
       # C++ exceptions are enabled inside the addon but never cross the N-API
       # boundary: every entry point catches and converts to a TorporError.
       "cflags!": ["-fno-exceptions"],
-      "cflags_cc!": ["-fno-exceptions", "-std=gnu++17", "-std=c++17"],
+      "cflags_cc!": ["-fno-exceptions", "-fno-rtti", "-std=gnu++17", "-std=c++17"],
       "cflags": ["-Wall", "-Wextra", "-Wno-unused-parameter", "-fvisibility=hidden"],
-      "cflags_cc": ["-std=c++20", "-fexceptions", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers"],
+      "cflags_cc": ["-std=c++20", "-fexceptions", "-frtti", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers"],
       "ldflags": ["-pthread"],
       "libraries": ["-lpthread"]
     }

@@ -98,9 +98,12 @@ Machine::Machine(const MachineConfig& cfg, Callbacks callbacks)
     try { vm_->set_identity_map_addr(x86::kIdentityMapAddr); } catch (const Error&) {}
   }
   try { vm_->set_tss_addr(x86::kTssAddr); } catch (const Error&) {}
+  // Memory slots before the in-kernel irqchip: measured on PVM, registering a
+  // slot once the irqchip exists costs ~7.5 ms (512 MiB, or 64 MiB), before
+  // it ~0.8 ms.
+  ram_ = std::make_unique<GuestRam>(*vm_, cfg.memory_mib * x86::kMiB);
   vm_->create_irqchip();
   vm_->create_pit2();
-  ram_ = std::make_unique<GuestRam>(*vm_, cfg.memory_mib * x86::kMiB);
   loop_ = std::make_unique<EventLoop>();
   console_ = std::make_unique<Console>(cfg.console_ring_bytes, cfg.console_log, callbacks_.console_pending);
 
