@@ -11,27 +11,10 @@ import { FrameType } from '../lib/agent/protocol.js';
 import { TorporError } from '../lib/errors.js';
 import { createAgentApi } from '../lib/sandbox/agent-api.js';
 import { Machine } from '../lib/vm/machine.js';
-import { kvmSkipReason, sleep, testvmImage } from './vmm-guests.js';
+import { bootTestvm, sleep, testUnless, testvmCommand, testvmImage, testvmSkipReason } from './vmm-guests.js';
 
 const image = testvmImage();
-const skip = kvmSkipReason() ?? (image ? null : 'guest/testvm/out/testvm.elf is not built (make -C guest/testvm)');
-if (skip) console.log(`agent-testvm: skipped, ${skip}`);
-const kvmTest = skip ? test.skip : test;
-
-async function serialCommand(m: Machine, line: string, key: string): Promise<string> {
-  const before = m.consoleTail().toString().length;
-  m.consoleWrite(`${line}\n`);
-  const re = new RegExp(`(?:^|\\n)(${key}=[^\\n]*)\\n`, 'g');
-  const deadline = Date.now() + 10_000;
-  for (;;) {
-    const text = m.consoleTail().toString();
-    re.lastIndex = Math.max(0, before - 1);
-    const found = re.exec(text);
-    if (found) return found[1]!;
-    if (Date.now() > deadline) throw new Error(`no ${key}= line after '${line}'`);
-    await sleep(5);
-  }
-}
+const kvmTest = testUnless('agent-testvm', testvmSkipReason());
 
 kvmTest('HELLO, PING, ECHO over vsock; reconnect after a transport reset; a re-asked id is answered from memory', async () => {
   const m = Machine.create({ kernel: image!, vcpus: 1, memoryMiB: 64, vsockCid: 3 });
@@ -67,7 +50,7 @@ kvmTest('HELLO, PING, ECHO over vsock; reconnect after a transport reset; a re-a
     // Same request id, different payload: the guest answers from memory with the first answer.
     const again = await client.call(FrameType.ECHO, new FieldWriter().bytes('data', Buffer.from('other')), { requestId: rid });
     assert.ok(again.bytes('data')!.equals(payload), 'answered from memory');
-    const stats = await serialCommand(m, 'vsock', 'vsock');
+    const stats = await testvmCommand(m, 'vsock', 'vsock');
     assert.match(stats, /replays=1\b/);
     assert.match(stats, /transport_resets=1\b/);
     await client.close();

@@ -11,35 +11,9 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
 import { TorporError } from '../lib/errors.js';
-import { Machine, type MachineOptions } from '../lib/vm/machine.js';
-import { kvmSkipReason, sleep, testvmImage } from './vmm-guests.js';
+import { bootTestvm, sleep, testUnless, testvmCommand, testvmSkipReason } from './vmm-guests.js';
 
-const image = testvmImage();
-const skip = kvmSkipReason() ?? (image ? null : 'guest/testvm/out/testvm.elf is not built (make -C guest/testvm)');
-if (skip) console.log(`vmm-devices: skipped, ${skip}`);
-const kvmTest = skip ? test.skip : test;
-
-async function boot(opts: Partial<MachineOptions>): Promise<Machine> {
-  const m = Machine.create({ kernel: image!, vcpus: 1, memoryMiB: 64, ...opts });
-  await m.start();
-  await m.waitForConsole(/boot=ok[^\n]*\n/, 10_000);
-  return m;
-}
-
-async function command(m: Machine, line: string, key: string, timeoutMs = 10_000): Promise<string> {
-  const before = m.consoleTail().toString().length;
-  m.consoleWrite(`${line}\n`);
-  const re = new RegExp(`(?:^|\\n)(${key}=[^\\n]*)\\n`, 'g');
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const text = m.consoleTail().toString();
-    re.lastIndex = Math.max(0, before - 1);
-    const found = re.exec(text);
-    if (found) return found[1]!;
-    if (Date.now() > deadline) throw new Error(`no ${key}= line after '${line}'; console: ${text.slice(-300)}`);
-    await sleep(5);
-  }
-}
+const kvmTest = testUnless('vmm-devices', testvmSkipReason());
 
 function fnv1a(bytes: Buffer): number {
   let h = 0x811c9dc5;
@@ -57,33 +31,33 @@ kvmTest('virtio-blk: reads see the base, writes land in the overlay only, and pe
   writeFileSync(base, baseBytes);
   const baseHash = sha(base);
 
-  const m = await boot({ disks: [{ base, overlay, serial: 'torpor-disk0' }] });
-  assert.match(await command(m, 'blk', 'blk'), /^blk=ok capacity=2048 read_only=0/);
-  const read = await command(m, 'blk-read 3 2', 'blk-read');
+  const m = await bootTestvm({ disks: [{ base, overlay, serial: 'torpor-disk0' }] });
+  assert.match(await testvmCommand(m, 'blk', 'blk'), /^blk=ok capacity=2048 read_only=0/);
+  const read = await testvmCommand(m, 'blk-read 3 2', 'blk-read');
   const expected = baseBytes.subarray(3 * 512, 5 * 512);
   assert.match(read, new RegExp(`fnv=0x0*${fnv1a(expected).toString(16)} `));
   assert.match(read, new RegExp(`head=${expected.subarray(0, 16).toString('hex')}`));
-  assert.match(await command(m, 'blk-write 16 0x1234abcd 4', 'blk-write'), /^blk-write=ok/);
-  assert.match(await command(m, 'blk-verify 16 0x1234abcd 4', 'blk-verify'), /^blk-verify=ok/);
-  assert.match(await command(m, 'blk-flush', 'blk-flush'), /^blk-flush=ok/);
-  assert.is(await command(m, 'blk-id', 'blk-id'), 'blk-id=torpor-disk0');
+  assert.match(await testvmCommand(m, 'blk-write 16 0x1234abcd 4', 'blk-write'), /^blk-write=ok/);
+  assert.match(await testvmCommand(m, 'blk-verify 16 0x1234abcd 4', 'blk-verify'), /^blk-verify=ok/);
+  assert.match(await testvmCommand(m, 'blk-flush', 'blk-flush'), /^blk-flush=ok/);
+  assert.is(await testvmCommand(m, 'blk-id', 'blk-id'), 'blk-id=torpor-disk0');
   await m.stop();
 
   assert.is(sha(base), baseHash, 'the base image was written to');
   assert.ok(existsSync(overlay) && statSync(overlay).size > 0, 'the overlay holds nothing');
 
   // A new machine over the same base and overlay sees the written sectors.
-  const again = await boot({ disks: [{ base, overlay }] });
-  assert.match(await command(again, 'blk-verify 16 0x1234abcd 4', 'blk-verify'), /^blk-verify=ok/);
-  const untouched = await command(again, 'blk-read 3 1', 'blk-read');
+  const again = await bootTestvm({ disks: [{ base, overlay }] });
+  assert.match(await testvmCommand(again, 'blk-verify 16 0x1234abcd 4', 'blk-verify'), /^blk-verify=ok/);
+  const untouched = await testvmCommand(again, 'blk-read 3 1', 'blk-read');
   assert.match(untouched, new RegExp(`fnv=0x0*${fnv1a(baseBytes.subarray(3 * 512, 4 * 512)).toString(16)} `));
   await again.stop();
 });
 
 kvmTest('virtio-rng: the guest reads host randomness', async () => {
-  const m = await boot({ rng: true });
-  const a = await command(m, 'rng 32', 'rng');
-  const b = await command(m, 'rng 32', 'rng');
+  const m = await bootTestvm({ rng: true });
+  const a = await testvmCommand(m, 'rng 32', 'rng');
+  const b = await testvmCommand(m, 'rng 32', 'rng');
   assert.match(a, /^rng=[0-9a-f]{64} len=32$/);
   assert.is.not(a, b);
   await m.stop();
@@ -122,7 +96,7 @@ function readExactly(sock: net.Socket, n: number, timeoutMs = 20_000): Promise<B
 }
 
 kvmTest('virtio-vsock: echo, 1000 round trips, 4 MiB with flow control, reset and reconnect, RST for unknown ports', async () => {
-  const m = await boot({ vsockCid: 3 });
+  const m = await bootTestvm({ vsockCid: 3 });
   const s = await m.vsockConnect(7);
   s.write('hello vsock');
   assert.is((await readExactly(s, 11)).toString(), 'hello vsock');
@@ -170,7 +144,7 @@ kvmTest('virtio-vsock: echo, 1000 round trips, 4 MiB with flow control, reset an
     assert.is((err as TorporError).code, 'VSOCK_REFUSED');
   }
   s.destroy();
-  assert.match(await command(m, 'vsock', 'vsock'), /transport_resets=1/);
+  assert.match(await testvmCommand(m, 'vsock', 'vsock'), /transport_resets=1/);
   await m.stop();
 });
 

@@ -6,6 +6,10 @@ import { accessSync, constants, existsSync, mkdtempSync, writeFileSync } from 'n
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
+import { test } from 'uvu';
+
+import { Machine, type MachineOptions } from '../lib/vm/machine.js';
+
 /*
  * PVH guest, 32-bit, linked at 0x100000, entered with EBX -> hvm_start_info.
  *   prints "torpor-fixture: hello\n" on COM1;
@@ -183,3 +187,45 @@ export const SMP_CODE = Buffer.from(
 );
 /** `int3; jmp .-3`: on PVM the instruction emulator cannot run int3 (emulation failure); on hardware it faults through the empty IDT (triple fault). */
 export const INT3_LOOP = Buffer.from('ccebfd', 'hex');
+
+/**
+ * uvu's `test` where this host can run a file's tests; otherwise a registrar that
+ * marks them skipped, after printing once why (the only tests allowed not to run
+ * are those the host cannot run, and they say so).
+ */
+export function testUnless(file: string, reason: string | null): (name: string, fn: () => void | Promise<void>) => void {
+  if (reason === null) return test;
+  console.log(`${file}: skipped, ${reason}`);
+  return test.skip;
+}
+
+/** Why the test-guest tests cannot run here, or null. */
+export function testvmSkipReason(): string | null {
+  return kvmSkipReason() ?? (testvmImage() ? null : 'guest/testvm/out/testvm.elf is not built (make -C guest/testvm)');
+}
+
+/** Boots guest/testvm and waits for its `boot=ok` line. */
+export async function bootTestvm(opts: Partial<MachineOptions> = {}): Promise<Machine> {
+  const image = testvmImage();
+  if (!image) throw new Error('guest/testvm/out/testvm.elf is not built');
+  const m = Machine.create({ kernel: image, vcpus: 1, memoryMiB: 64, ...opts });
+  await m.start();
+  await m.waitForConsole(/boot=ok[^\n]*\n/, 10_000);
+  return m;
+}
+
+/** Sends a command line to the test guest's serial port and returns its result line (`key=...`). */
+export async function testvmCommand(m: Machine, line: string, key: string, timeoutMs = 10_000): Promise<string> {
+  const before = m.consoleTail().toString().length;
+  m.consoleWrite(`${line}\n`);
+  const re = new RegExp(`(?:^|\\n)(${key}=[^\\n]*)\\n`, 'g');
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const text = m.consoleTail().toString();
+    re.lastIndex = Math.max(0, before - 1);
+    const found = re.exec(text);
+    if (found) return found[1]!;
+    if (Date.now() > deadline) throw new Error(`no ${key}= line after '${line}'; console: ${text.slice(-300)}`);
+    await sleep(5);
+  }
+}

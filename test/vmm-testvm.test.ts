@@ -5,39 +5,14 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
-import { Machine, type MachineOptions } from '../lib/vm/machine.js';
-import { kvmSkipReason, sleep, testvmImage } from './vmm-guests.js';
+import { Machine } from '../lib/vm/machine.js';
+import { bootTestvm, sleep, testUnless, testvmCommand, testvmImage, testvmSkipReason } from './vmm-guests.js';
 
 const image = testvmImage();
-const skip = kvmSkipReason() ?? (image ? null : 'guest/testvm/out/testvm.elf is not built (make -C guest/testvm)');
-if (skip) console.log(`vmm-testvm: skipped, ${skip}`);
-const kvmTest = skip ? test.skip : test;
+const kvmTest = testUnless('vmm-testvm', testvmSkipReason());
 
 const STATUS = 0x100000;
 const COUNTER = STATUS + 0x08;
-
-async function boot(opts: Partial<MachineOptions> = {}): Promise<Machine> {
-  const m = Machine.create({ kernel: image!, vcpus: 1, memoryMiB: 64, ...opts });
-  await m.start();
-  await m.waitForConsole(/boot=ok[^\n]*\n/, 10_000);
-  return m;
-}
-
-/** Sends a command line and returns its result line (the line starting with `key=`). */
-async function command(m: Machine, line: string, key: string, timeoutMs = 10_000): Promise<string> {
-  const before = m.consoleTail().toString().length;
-  m.consoleWrite(`${line}\n`);
-  const re = new RegExp(`(?:^|\\n)(${key}=[^\\n]*)\\n`, 'g');
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const text = m.consoleTail().toString();
-    re.lastIndex = Math.max(0, before - 1);
-    const found = re.exec(text);
-    if (found) return found[1]!;
-    if (Date.now() > deadline) throw new Error(`no ${key}= line after '${line}'; console: ${text.slice(-300)}`);
-    await sleep(5);
-  }
-}
 
 function waitExit(m: Machine, timeoutMs = 10_000): Promise<{ state: string; kind: string }> {
   return new Promise((resolve, reject) => {
@@ -57,8 +32,8 @@ kvmTest('boots to its banner and answers on the serial port', async () => {
   const bannerMs = performance.now() - t0;
   const boot = await m.waitForConsole(/boot=ok[^\n]*\n/, 10_000);
   assert.match(boot, /ram_mib=6[34] /);
-  assert.match(await command(m, 'echo hello   serial world', 'echo'), /^echo=hello serial world$/);
-  const info = await command(m, 'info', 'info');
+  assert.match(await testvmCommand(m, 'echo hello   serial world', 'echo'), /^echo=hello serial world$/);
+  const info = await testvmCommand(m, 'info', 'info');
   assert.match(info, /cmdline=console=ttyS0/);
   assert.match(info, /memmap=3 /);
   console.log(`  vmm-testvm: start -> banner ${bannerMs.toFixed(1)} ms, ${m.stats().pioExits} PIO exits so far`);
@@ -66,8 +41,8 @@ kvmTest('boots to its banner and answers on the serial port', async () => {
 });
 
 kvmTest('the counter advances while running and stands still while paused', async () => {
-  const m = await boot({ vcpus: 2 });
-  assert.match(await command(m, 'count start', 'count'), /running=1/);
+  const m = await bootTestvm({ vcpus: 2 });
+  assert.match(await testvmCommand(m, 'count start', 'count'), /running=1/);
   const read = () => m.readGuest(COUNTER, 8).readBigUInt64LE();
   await sleep(100);
   const a = read();
@@ -80,16 +55,16 @@ kvmTest('the counter advances while running and stands still while paused', asyn
   await m.resume();
   await sleep(100);
   assert.ok(read() > p, 'counter did not resume');
-  assert.match(await command(m, 'count stop', 'count'), /running=0/);
+  assert.match(await testvmCommand(m, 'count stop', 'count'), /running=0/);
   await m.stop();
 });
 
 kvmTest('memory patterns written by the guest are seen through the host accessor', async () => {
-  const m = await boot({ memoryMiB: 128 });
+  const m = await bootTestvm({ memoryMiB: 128 });
   const tag = 0x5a5a0000;
   const base = 0x2000000;
   const pages = 256;
-  assert.match(await command(m, `mem 0x${tag.toString(16)} ${pages} 0x${base.toString(16)}`, 'mem'), /^mem=ok .*bad=0/);
+  assert.match(await testvmCommand(m, `mem 0x${tag.toString(16)} ${pages} 0x${base.toString(16)}`, 'mem'), /^mem=ok .*bad=0/);
   for (let i = 0; i < pages; i++) {
     const addr = base + i * 4096;
     assert.is(m.readGuest(addr, 4).readUInt32LE(), (tag ^ addr) >>> 0, `page ${i}`);
@@ -99,13 +74,13 @@ kvmTest('memory patterns written by the guest are seen through the host accessor
 });
 
 kvmTest('reset and triple fault end the machine with their reasons', async () => {
-  const a = await boot();
+  const a = await bootTestvm();
   const endA = waitExit(a);
   a.consoleWrite('reset\n');
   assert.equal(await endA, { state: 'stopped', kind: 'reset' });
   assert.match(a.exitReason!.consoleTail, /reset=now/);
 
-  const b = await boot();
+  const b = await bootTestvm();
   const endB = waitExit(b);
   b.consoleWrite('triple\n');
   assert.equal(await endB, { state: 'failed', kind: 'triple-fault' });
@@ -113,7 +88,7 @@ kvmTest('reset and triple fault end the machine with their reasons', async () =>
 });
 
 kvmTest('SMP: 2 vCPUs boot, pause and resume; the MP table lists both and wires every GSI', async () => {
-  const m = await boot({ vcpus: 2, rng: true });
+  const m = await bootTestvm({ vcpus: 2, rng: true });
   const mp = m.readGuest(0x9fc00, 16);
   assert.is(mp.toString('latin1', 0, 4), '_MP_');
   let sum = 0;
@@ -146,14 +121,14 @@ kvmTest('SMP: 2 vCPUs boot, pause and resume; the MP table lists both and wires 
     await m.pause();
     await m.resume();
   }
-  assert.match(await command(m, 'rng 8', 'rng'), /^rng=[0-9a-f]{16} len=8$/);
-  assert.match(await command(m, 'irq', 'irq'), /gsi5=\d+/);
+  assert.match(await testvmCommand(m, 'rng 8', 'rng'), /^rng=[0-9a-f]{16} len=8$/);
+  assert.match(await testvmCommand(m, 'irq', 'irq'), /gsi5=\d+/);
   await m.stop();
 });
 
 kvmTest('8 test guests at once in one process', async () => {
-  const ms = await Promise.all(Array.from({ length: 8 }, () => boot({ memoryMiB: 32 })));
-  const answers = await Promise.all(ms.map((m, i) => command(m, `echo machine-${i}`, 'echo', 20_000)));
+  const ms = await Promise.all(Array.from({ length: 8 }, () => bootTestvm({ memoryMiB: 32 })));
+  const answers = await Promise.all(ms.map((m, i) => testvmCommand(m, `echo machine-${i}`, 'echo', 20_000)));
   answers.forEach((a, i) => assert.is(a, `echo=machine-${i}`));
   await Promise.all(ms.map((m) => m.stop()));
 });
