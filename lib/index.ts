@@ -9,3 +9,7 @@ export { createAgentApi, type AgentApi } from './sandbox/agent-api.js';
 export { AgentClient, type AgentClientOptions, type Dial } from './agent/client.js';
 export { connectHostAgent, startHostAgent, type HostAgent } from './agent/host.js';
 export { Machine, type MachineOptions, type MachineDisk, type MachineState, type ExitReason, type MachineStats } from './vm/machine.js';
+// Host probe, guest artifacts and where torpor keeps its files.
+export { probeHost, formatProbe, type HostProbe, type HostKind } from './host/probe.js';
+export { ensureArtifacts, type EnsureArtifactsOptions, type Artifacts, type SetupReport } from './setup/artifacts.js';
+export { torporHome } from './store/home.js';

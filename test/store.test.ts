@@ -1,7 +1,7 @@
 // The artifact store: content keys, one build under concurrency, damage
 // detection and rebuild, no half-written artifacts after a failed build.
-import { spawn } from 'node:child_process';
-import { appendFile, mkdtemp, open, readdir, readFile, rm, stat, truncate, utimes, writeFile } from 'node:fs/promises';
+import { spawn, spawnSync } from 'node:child_process';
+import { appendFile, mkdir, mkdtemp, open, readdir, readFile, rm, stat, truncate, utimes, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -9,7 +9,7 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
 import { TorporError } from '../lib/errors.js';
-import { artifactDir, artifactKey, checkArtifact, ensureArtifact, type ArtifactSpec } from '../lib/store/artifact.js';
+import { artifactDir, artifactKey, checkArtifact, ensureArtifact, removeBuildDir, type ArtifactSpec } from '../lib/store/artifact.js';
 import { homeLayout, torporHome } from '../lib/store/home.js';
 
 const artifactModule = pathToFileURL(join(import.meta.dirname, '..', 'lib', 'store', 'artifact.ts')).href;
@@ -225,6 +225,32 @@ test('a builder killed mid-build (SIGKILL) blocks nobody; its temporary director
     assert.not.ok(entries.some((e) => e.startsWith('.tmp-')), 'the dead builder\'s temporary directory is gone');
   } finally {
     await rm(root, { recursive: true, force: true });
+  }
+});
+
+test('a build directory with something mounted inside is never deleted recursively', async () => {
+  if (process.getuid?.() !== 0) {
+    console.log('  skipped: mounting a tmpfs needs root');
+    return;
+  }
+  const root = await tempRoot();
+  const dir = join(root, '.tmp-abc-1-x');
+  const inner = join(dir, 'tree', 'proc');
+  await mkdir(inner, { recursive: true });
+  const mounted = spawnSync('mount', ['-t', 'tmpfs', 'none', inner]).status === 0;
+  try {
+    if (!mounted) {
+      console.log('  skipped: cannot mount a tmpfs here');
+      return;
+    }
+    await writeFile(join(inner, 'precious'), 'host data');
+    const err = await removeBuildDir(dir).catch((e: unknown) => e);
+    assert.is((err as TorporError).code, 'SETUP_FAILED');
+    assert.match((err as Error).message, /still has mounts inside it/);
+    assert.is(await readFile(join(inner, 'precious'), 'utf8'), 'host data');
+  } finally {
+    if (mounted) spawnSync('umount', [inner]);
+    await removeBuildDir(root);
   }
 });
 

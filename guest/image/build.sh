@@ -44,8 +44,9 @@ read -r -a sources <<< "$APT_SOURCES"
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 tree=$out/tree
-rm -rf "$tree"
-trap 'rm -rf "$tree"' EXIT
+rm -rf --one-file-system "$tree"
+# --one-file-system: never follow a mount mmdebstrap failed to undo into the host.
+trap 'rm -rf --one-file-system "$tree"' EXIT
 
 echo "phase: debootstrap $suite (${#packages[@]} packages from ${sources[*]})"
 include=$(IFS=,; echo "${packages[*]}")

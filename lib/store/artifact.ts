@@ -154,11 +154,47 @@ function pidAlive(pid: number): boolean {
   }
 }
 
+/** Mount points at or below `dir` (from /proc/self/mountinfo; octal escapes decoded). */
+async function mountsBelow(dir: string): Promise<string[]> {
+  let info = '';
+  try {
+    info = await readFile('/proc/self/mountinfo', 'utf8');
+  } catch {
+    return [];
+  }
+  const out: string[] = [];
+  for (const line of info.split('\n')) {
+    const field = line.split(' ')[4];
+    if (!field) continue;
+    const point = field.replace(/\\([0-7]{3})/g, (_m, o: string) => String.fromCharCode(parseInt(o, 8)));
+    if (point === dir || point.startsWith(dir + '/')) out.push(point);
+  }
+  return out;
+}
+
+/**
+ * Deletes a build directory, unless something is still mounted inside it: a
+ * root-filesystem build killed mid-way (mmdebstrap mounts /proc, /sys and /dev
+ * pieces in its chroot) must never lead a recursive delete into the host's.
+ */
+export async function removeBuildDir(dir: string): Promise<void> {
+  const mounts = await mountsBelow(dir);
+  if (mounts.length > 0) {
+    throw new TorporError(
+      'SETUP_FAILED',
+      `${dir} still has mounts inside it (${mounts.join(', ')}), left by a build that was killed; ` +
+        `unmount them (umount -R ${dir}) and delete the directory`,
+    );
+  }
+  await rm(dir, { recursive: true, force: true });
+}
+
 /** Removes temporary build directories left by builders that died (their pid is in the name). */
 async function sweepDeadBuilds(kindDir: string): Promise<void> {
   for (const name of await readdir(kindDir).catch(() => [] as string[])) {
     const m = /^\.(?:tmp|damaged)-[0-9a-f]+-(\d+)-/.exec(name);
-    if (m && !pidAlive(Number(m[1]))) await rm(join(kindDir, name), { recursive: true, force: true });
+    // A directory that cannot be removed safely stays (and is reported when it is our own).
+    if (m && !pidAlive(Number(m[1]))) await removeBuildDir(join(kindDir, name)).catch(() => undefined);
   }
 }
 
@@ -186,7 +222,7 @@ export async function ensureArtifact(spec: ArtifactSpec, options: ArtifactOption
       // Move it aside first: the rename is atomic, so no reader sees a half-deleted artifact.
       const aside = join(kindDir, `.damaged-${tag}`);
       await rename(dir, aside);
-      await rm(aside, { recursive: true, force: true });
+      await removeBuildDir(aside);
     }
 
     const tmp = join(kindDir, `.tmp-${tag}`);
@@ -218,7 +254,7 @@ export async function ensureArtifact(spec: ArtifactSpec, options: ArtifactOption
       await fsyncPath(kindDir);
       return { dir, key, manifest, built: true };
     } catch (err) {
-      await rm(tmp, { recursive: true, force: true });
+      await removeBuildDir(tmp).catch(() => undefined);
       throw err;
     }
   } finally {
