@@ -1,5 +1,6 @@
 // Agent protocol benchmarks over the host transport (the real agent on a Unix socket):
-// PING round trip, commands.run of an argv (no shell) and of a shell string, file throughput.
+// PING round trip, commands.run of an argv (no shell) and of a shell string, file throughput;
+// and PING over virtio-vsock to the test guest's responder through a real VM.
 // bench/run.ts calls runAgentBench(); `tsx bench/agent.ts` runs it alone, prints a table and
 // writes bench/results/agent.json.
 import { execFileSync } from 'node:child_process';
@@ -13,19 +14,14 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { FieldWriter } from '../lib/agent/fields.js';
 import { FrameType } from '../lib/agent/protocol.js';
 import { hostAgentBinary, plainAgentEnv, startHostAgent } from '../lib/agent/host.js';
+import { AgentClient } from '../lib/agent/client.js';
 import { createAgentApi } from '../lib/sandbox/agent-api.js';
+import { Machine } from '../lib/vm/machine.js';
+import { testvmImage } from '../test/vmm-guests.js';
+import { type BenchRow, formatTable, summarize } from './report.js';
 
-export interface AgentBenchRow {
-  name: string;
-  transport: 'host-unix';
-  n: number;
-  unit: 'us' | 'MiB/s';
-  p50?: number;
-  p99?: number;
-  mean?: number;
-  value?: number;
-  target?: string;
-  meetsTarget?: boolean;
+export interface AgentBenchRow extends BenchRow {
+  transport: 'host-unix' | 'vsock-testvm';
 }
 
 export interface AgentBenchResult {
@@ -33,10 +29,9 @@ export interface AgentBenchResult {
   json: { bench: 'agent'; date: string; node: string; host: string; rows: AgentBenchRow[] };
 }
 
-function percentile(sorted: number[], p: number): number {
-  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
-}
+const round = (x: number) => Math.round(x * 10) / 10;
 
+/** Runs fn n times after a warm-up; p50/p99/mean in microseconds. */
 async function timed(n: number, warmup: number, fn: () => Promise<unknown>): Promise<{ p50: number; p99: number; mean: number }> {
   for (let i = 0; i < warmup; i++) await fn();
   const us: number[] = [];
@@ -45,9 +40,28 @@ async function timed(n: number, warmup: number, fn: () => Promise<unknown>): Pro
     await fn();
     us.push(Number(process.hrtime.bigint() - t0) / 1000);
   }
-  us.sort((a, b) => a - b);
-  const round = (x: number) => Math.round(x * 10) / 10;
-  return { p50: round(percentile(us, 50)), p99: round(percentile(us, 99)), mean: round(us.reduce((a, b) => a + b, 0) / n) };
+  const s = summarize(us);
+  return { p50: round(s.p50), p99: round(s.p99), mean: round(s.mean) };
+}
+
+/** PING over virtio-vsock to the test guest's protocol responder (every KVM host, this one included). */
+async function vsockPingRows(n: number): Promise<AgentBenchRow[]> {
+  const image = testvmImage();
+  if (!image) return [];
+  const m = Machine.create({ kernel: image, vcpus: 1, memoryMiB: 64, vsockCid: 3 });
+  try {
+    await m.start();
+    await m.waitForConsole(/boot=ok[^\n]*\n/, 10_000);
+    const client = await AgentClient.connect(() => m.vsockConnect(1024, 2000));
+    try {
+      const ping = await timed(n, 20, () => client.ping());
+      return [{ name: 'agent PING round trip (test guest, emulated on PVM)', transport: 'vsock-testvm', n, unit: 'us', ...ping }];
+    } finally {
+      await client.close();
+    }
+  } finally {
+    await m.stop();
+  }
 }
 
 export async function runAgentBench(opts: { iterations?: number; fileMiB?: number } = {}): Promise<AgentBenchResult> {
@@ -93,23 +107,14 @@ export async function runAgentBench(opts: { iterations?: number; fileMiB?: numbe
     await agent.stop();
     await rm(dir, { recursive: true, force: true });
   }
+  rows.push(...(await vsockPingRows(Math.min(n, 500))));
   const { hostname } = await import('node:os');
   return { rows, json: { bench: 'agent', date: new Date().toISOString(), node: process.version, host: hostname(), rows } };
 }
 
-export function formatRows(rows: AgentBenchRow[]): string {
-  const lines = ['| path | n | p50 | p99 | mean | value | target |', '| --- | --- | --- | --- | --- | --- | --- |'];
-  for (const r of rows) {
-    const v = (x?: number) => (x === undefined ? '' : `${x} ${r.unit}`);
-    const target = r.target ? `${r.target} ${r.meetsTarget ? '(met)' : '(missed)'}` : '';
-    lines.push(`| ${r.name} | ${r.n} | ${v(r.p50)} | ${v(r.p99)} | ${v(r.mean)} | ${v(r.value)} | ${target} |`);
-  }
-  return lines.join('\n');
-}
-
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
   const result = await runAgentBench();
-  console.log(formatRows(result.rows));
+  console.log(formatTable(result.rows));
   const out = join(dirname(fileURLToPath(import.meta.url)), 'results', 'agent.json');
   await mkdir(dirname(out), { recursive: true });
   await writeFile(out, JSON.stringify(result.json, null, 2) + '\n');
