@@ -3,6 +3,7 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
 import { TorporError } from '../lib/errors.js';
+import { createAgentApi } from '../lib/sandbox/agent-api.js';
 import { hostApi, until, type HostApi } from './agent-harness.js';
 
 let api: HostApi;
@@ -45,6 +46,22 @@ test('pty: kill, and invalid sizes', async () => {
   assert.is(r.signal, 'SIGKILL');
   const bad = await api.pty.create({ cols: 0, rows: 24, onData: () => undefined }).catch((e) => e);
   assert.ok(bad instanceof TorporError && bad.code === 'INVALID_ARGUMENT');
+});
+
+test("the sandbox's envs reach a pty too, and the pty's own envs win", async () => {
+  const withDefaults = createAgentApi(api.client, { envs: { SBX_A: 'from-sandbox', SBX_B: 'from-sandbox' } });
+  let screen = '';
+  const term = await withDefaults.pty.create({
+    cols: 80,
+    rows: 24,
+    cmd: ['/bin/sh', '-c', 'echo "A=$SBX_A B=$SBX_B"'],
+    envs: { SBX_B: 'from-pty' },
+    onData: (d) => {
+      screen += Buffer.from(d).toString('utf8');
+    },
+  });
+  await term.wait();
+  assert.match(screen, /A=from-sandbox B=from-pty/);
 });
 
 test.run();

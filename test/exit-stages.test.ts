@@ -66,6 +66,9 @@ kvmTest('exit, natural end, uncaught exception and worker end at every stage exi
     else if (!r.out.includes(`reached ${stage}`)) failures.push(`${what}: the stage was not reached: ${r.out}`);
     else if (CRASH.test(r.err) || CRASH.test(r.out)) failures.push(`${what}: crash output`);
     else if (how === 'throw' && !r.err.includes(`deliberate uncaught exception at ${stage}`)) failures.push(`${what}: no exception report`);
+    // The guests printed their banner: the serial console reaches JS as
+    // events and the console log, never the host process's own stdout/stderr.
+    else if (/torpor-fixture: hello/.test(r.out + r.err)) failures.push(`${what}: guest console output on stdio`);
     else if (how === 'worker' && !r.out.includes('worker exited 0, torpor threads left: 0'))
       failures.push(`${what}: worker did not end cleanly: ${r.out}`);
   }

@@ -1,6 +1,6 @@
 // Sandbox.create: options are validated before anything starts, and a host that cannot boot a
 // Linux guest gets KVM_UNAVAILABLE saying why (runs on every host, no VM needed).
-import { mkdtemp, readdir, rm } from 'node:fs/promises';
+import { mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'uvu';
@@ -51,6 +51,25 @@ test('a host that cannot boot Linux: KVM_UNAVAILABLE says why and what to do', a
   assert.ok(code('KVM_UNAVAILABLE')(err), String(err));
   assert.ok((err as Error).message.includes(support.reason));
   assert.match((err as Error).message, /TORPOR_KERNEL|\/dev\/kvm/);
+});
+
+test('a supplied kernel that is no kernel is refused before any sandbox directory or machine exists', async () => {
+  const home = await mkdtemp(join(tmpdir(), 'torpor-home-'));
+  const saved = process.env.TORPOR_HOME;
+  process.env.TORPOR_HOME = home;
+  try {
+    const junk = join(home, 'not-a-kernel');
+    await writeFile(junk, 'MZ this is not a kernel\n');
+    const err = await Sandbox.create({ boot: { kernel: junk } }).catch((e) => e);
+    // Without /dev/kvm the host check refuses first; with it, the kernel check does.
+    assert.ok(code('KERNEL_INVALID')(err) || code('KVM_UNAVAILABLE')(err), String(err));
+    const sandboxes = await readdir(join(home, 'sandboxes')).catch(() => []);
+    assert.equal(sandboxes, [], 'no sandbox directory left behind');
+  } finally {
+    if (saved === undefined) delete process.env.TORPOR_HOME;
+    else process.env.TORPOR_HOME = saved;
+    await rm(home, { recursive: true, force: true });
+  }
 });
 
 test.run();

@@ -54,6 +54,8 @@ export class RequestStream {
   /** Cancelled or failed for good: never asked again. */
   private abandoned = false;
   private localEnded = false;
+  /** The request frame went out on some connection (false: opened while reconnecting). */
+  private sent = false;
 
   constructor(
     private readonly host: StreamHost,
@@ -79,12 +81,19 @@ export class RequestStream {
     this.unreturned = 0;
     this.id = this.host.register(this);
     if (!conn) return; // sent when the client reconnects
+    this.sent = true;
     const rid = new FieldWriter().u64('request_id', this.requestId).toBuffer();
     conn.send(this.id, this.type, this.flags, Buffer.concat([rid, this.body]));
   }
 
   /** Asks again after a reconnect. Returns false when the handler gave up on the request. */
   reissue(): boolean {
+    // Never sent (opened while the client was reconnecting): nothing of it reached the agent,
+    // so it goes out now as it is, whatever the handler would do for a request in flight.
+    if (!this.sent) {
+      this.issue();
+      return true;
+    }
     const plan = this.handler.reissue?.();
     if (!plan) return false;
     this.type = plan.type;

@@ -99,7 +99,6 @@ export class Commands implements ProcessControl {
   run(cmd: string | string[], opts?: CommandStartOpts): Promise<CommandResult | CommandHandle>;
   async run(cmd: string | string[], opts: CommandStartOpts = {}): Promise<CommandResult | CommandHandle> {
     const request = toExecRequest(cmd, opts);
-    if (this.defaults.envs) request.envs = { ...this.defaults.envs, ...(request.envs ?? {}) };
     const label = Array.isArray(cmd) ? cmd.join(' ') : cmd;
     const handle = await this.start(request, opts, label);
     if (typeof opts.stdin === 'string' || opts.stdin instanceof Uint8Array) {
@@ -249,6 +248,8 @@ export class Commands implements ProcessControl {
     opts: OutputCallbacks & { throwOnError?: boolean; raw?: (data: Buffer) => void },
     label: string,
   ): Promise<CommandHandle> {
+    // The sandbox's envs reach every process it starts, commands and ptys alike.
+    if (this.defaults.envs) request = { ...request, envs: { ...this.defaults.envs, ...(request.envs ?? {}) } };
     const out = new OutputBuffer(opts.raw === undefined);
     const err = new OutputBuffer(opts.raw === undefined);
     const session = ExecSession.exec(this.client(), request, {

@@ -138,7 +138,6 @@ export class Sandbox implements AsyncDisposable {
 
     const id = `sbx_${randomBytes(8).toString('hex')}`;
     const dir = join(homeLayout(torporHome()).sandboxes, id);
-    await mkdir(dir, { recursive: true });
     const meta = {
       id,
       template,
@@ -152,10 +151,13 @@ export class Sandbox implements AsyncDisposable {
       ownerPid: process.pid,
       state: 'starting',
     };
-    await writeMeta(dir, meta);
 
+    // Every failure from here on stops what was started and removes the sandbox's directory.
     let machine: Machine | undefined;
+    let client: AgentClient | undefined;
     try {
+      await mkdir(dir, { recursive: true });
+      await writeMeta(dir, meta);
       machine = Machine.create({
         kernel: artifacts.kernel,
         cmdline: opts.boot?.cmdlineExtra ? `${GUEST_CMDLINE} ${opts.boot.cmdlineExtra}` : GUEST_CMDLINE,
@@ -167,6 +169,7 @@ export class Sandbox implements AsyncDisposable {
       });
       await machine.start();
       const bootTimeout = opts.boot?.timeoutMs ?? 30_000;
+      const deadline = Date.now() + bootTimeout;
       try {
         await machine.waitForConsole(READY_LINE, bootTimeout);
       } catch (err) {
@@ -176,8 +179,7 @@ export class Sandbox implements AsyncDisposable {
           { cause: err },
         );
       }
-      const m = machine;
-      const client = await AgentClient.connect(() => m.vsockConnect(AGENT_VSOCK_PORT), { reconnect: true });
+      client = await connectAgent(machine, deadline);
       const sbx = new Sandbox(id, dir, machine, client, opts.envs);
       await writeMeta(dir, { ...meta, state: 'running' });
       if (opts.timeoutMs) {
@@ -186,8 +188,10 @@ export class Sandbox implements AsyncDisposable {
       }
       return sbx;
     } catch (err) {
+      // The client first: with reconnect on, a client left open would keep dialling a stopped machine.
+      await client?.close().catch(() => undefined);
       await machine?.stop().catch(() => undefined);
-      await rm(dir, { recursive: true, force: true });
+      await rm(dir, { recursive: true, force: true }).catch(() => undefined);
       throw err;
     }
   }
@@ -212,6 +216,28 @@ export class Sandbox implements AsyncDisposable {
 
   async [Symbol.asyncDispose](): Promise<void> {
     await this.kill();
+  }
+}
+
+/** Connects to the agent once it printed its readiness line. The line comes after listen(), so
+ *  the first dial normally succeeds; a guest still bringing its vsock transport up gets a few
+ *  more tries, until the boot deadline (at least a few seconds). */
+async function connectAgent(machine: Machine, deadline: number): Promise<AgentClient> {
+  const until = Math.max(deadline, Date.now() + 5_000);
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await AgentClient.connect(() => machine.vsockConnect(AGENT_VSOCK_PORT), { reconnect: true });
+    } catch (err) {
+      const st = machine.state;
+      if (Date.now() >= until || st === 'stopped' || st === 'failed') {
+        throw new TorporError(
+          'BOOT_FAILED',
+          `the guest agent reported ready but its vsock port ${AGENT_VSOCK_PORT} did not answer (${attempt + 1} tries): ${err instanceof Error ? err.message : String(err)}`,
+          { cause: err },
+        );
+      }
+      await new Promise((r) => setTimeout(r, Math.min(50 * 2 ** attempt, 500)));
+    }
   }
 }
 

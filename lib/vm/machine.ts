@@ -39,7 +39,7 @@ export interface MachineOptions {
   /** Default 512. */
   memoryMiB?: number;
   disks?: MachineDisk[];
-  /** Guest CID of a virtio-vsock device (>= 3); omit for none. */
+  /** Guest CID of a virtio-vsock device (3..0xfffffffe); omit for none. */
   vsockCid?: number;
   /** Adds a virtio-rng device. */
   rng?: boolean;
@@ -105,7 +105,7 @@ export function toNativeConfig(opts: MachineOptions): NativeMachineConfig {
       cfg.disks.push(disk);
     });
   }
-  if (opts.vsockCid !== undefined) cfg.vsockCid = checkInt('vsockCid', opts.vsockCid, 3, 0xffffffff);
+  if (opts.vsockCid !== undefined) cfg.vsockCid = checkInt('vsockCid', opts.vsockCid, 3, 0xfffffffe); // 0xffffffff: VMADDR_CID_ANY
   if (opts.rng !== undefined) cfg.rng = Boolean(opts.rng);
   const log = checkString('consoleLog', opts.consoleLog, false);
   if (log !== undefined) cfg.consoleLog = log;

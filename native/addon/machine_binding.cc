@@ -5,6 +5,7 @@
 #include "addon/addon_state.h"
 #include "addon/js_values.h"
 #include "common/error.h"
+#include "vmm/reaper.h"
 
 namespace torpor {
 
@@ -53,7 +54,8 @@ MachineConfig parse_config(const Napi::Value& v) {
       c.disks.push_back(std::move(b));
     }
   }
-  if (js::has(o, "vsockCid")) c.vsock_cid = js::get_uint(o, "vsockCid", 3, 0xffffffffull, std::nullopt);
+  // 0xffffffff is VMADDR_CID_ANY, never a guest's address.
+  if (js::has(o, "vsockCid")) c.vsock_cid = js::get_uint(o, "vsockCid", 3, 0xfffffffeull, std::nullopt);
   c.rng = js::get_bool(o, "rng", false);
   c.console_log = js::get_string(o, "consoleLog", false);
   c.console_ring_bytes = js::get_uint(o, "consoleRingBytes", 1, 64u << 20, 64 * 1024);
@@ -127,15 +129,18 @@ void MachineWrap::cleanup_hook(void* arg) {
   auto* self = static_cast<MachineWrap*>(arg);
   self->hook_registered_ = false;
   if (self->handle_) self->handle_->wrap = nullptr;
-  self->teardown();
+  // The environment ends (worker end, process end): free everything before
+  // returning, KVM objects included, and wait for machines released earlier.
+  self->teardown(false);
+  reap_drain();
 }
 
-void MachineWrap::teardown() {
+void MachineWrap::teardown(bool defer_kvm) {
   if (torn_down_) return;
   torn_down_ = true;
   if (machine_) {
     try {
-      machine_->stop();  // joins every vCPU thread and the I/O thread
+      machine_->release(defer_kvm);  // joins every vCPU thread and the I/O thread, then frees
     } catch (...) {
     }
     unregister_live_machine(machine_.get());
@@ -145,6 +150,13 @@ void MachineWrap::teardown() {
 
 Machine& MachineWrap::live_machine() {
   if (torn_down_ || !machine_) throw Error(code::kInvalidState, "the machine was torn down");
+  if (machine_->released())
+    throw Error(code::kInvalidState, "the machine was stopped: its memory, devices and vsock were released");
+  return *machine_;
+}
+
+Machine& MachineWrap::any_machine() {
+  if (!machine_) throw Error(code::kInvalidState, "the machine was torn down");
   return *machine_;
 }
 
@@ -235,6 +247,7 @@ Napi::Value MachineWrap::stop(const Napi::CallbackInfo& info) {
       return d.Promise();
     }
     ExitReason r = machine_->stop();
+    machine_->release();  // now, not at garbage collection: fds, RAM, threads
     d.Resolve(reason_object(env, r));
     return d.Promise();
   });
@@ -283,7 +296,7 @@ Napi::Value MachineWrap::console_write(const Napi::CallbackInfo& info) {
 
 Napi::Value MachineWrap::console_tail(const Napi::CallbackInfo& info) {
   return guarded(info.Env(), [&]() -> Napi::Value {
-    auto bytes = live_machine().console().tail(console_ring_bytes_);
+    auto bytes = any_machine().console().tail(console_ring_bytes_);
     return Napi::Buffer<uint8_t>::Copy(info.Env(), bytes.data(), bytes.size());
   });
 }
@@ -341,7 +354,7 @@ Napi::Value MachineWrap::read_guest(const Napi::CallbackInfo& info) {
 
 Napi::Value MachineWrap::stats(const Napi::CallbackInfo& info) {
   return guarded(info.Env(), [&]() -> Napi::Value {
-    MachineStats s = live_machine().stats();
+    MachineStats s = any_machine().stats();
     Napi::Object o = Napi::Object::New(info.Env());
     o.Set("exits", static_cast<double>(s.exits));
     o.Set("pioExits", static_cast<double>(s.pio_exits));
@@ -355,7 +368,7 @@ Napi::Value MachineWrap::stats(const Napi::CallbackInfo& info) {
 
 Napi::Value MachineWrap::kernel_cmdline(const Napi::CallbackInfo& info) {
   return guarded(info.Env(), [&]() -> Napi::Value {
-    return Napi::String::New(info.Env(), live_machine().kernel_cmdline());
+    return Napi::String::New(info.Env(), any_machine().kernel_cmdline());
   });
 }
 
@@ -376,6 +389,14 @@ void MachineWrap::deliver_exit(Napi::Env env, Napi::Function on_event, MachineSt
   ev.Set("state", machine_state_name(state));
   ev.Set("reason", reason_object(env, reason));
   if (!self_.IsEmpty()) self_.Reset();  // an ended machine may be collected
+  // The guest ended it: reap the vCPU threads now (they have left or are
+  // leaving). Guest memory stays readable until stop() releases it.
+  if (machine_ && !torn_down_) {
+    try {
+      machine_->stop();
+    } catch (...) {
+    }
+  }
   call_quietly(env, on_event, ev);
 }
 

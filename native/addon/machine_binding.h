@@ -43,7 +43,8 @@ class MachineWrap : public Napi::ObjectWrap<MachineWrap> {
   Napi::Value stats(const Napi::CallbackInfo& info);
   Napi::Value kernel_cmdline(const Napi::CallbackInfo& info);
 
-  Machine& live_machine();  // throws INVALID_STATE after teardown
+  Machine& live_machine();  // throws INVALID_STATE after teardown or release
+  Machine& any_machine();   // also a released machine (state, console tail, stats)
   std::pair<uint64_t, Napi::Promise> new_promise(Napi::Env env);
   void settle(Napi::Env env, uint64_t id, const std::string& code, const std::string& message, Napi::Value value);
   Machine::Done completion(uint64_t id);
@@ -52,7 +53,7 @@ class MachineWrap : public Napi::ObjectWrap<MachineWrap> {
   static Napi::Object reason_object(Napi::Env env, const ExitReason& r);
 
   static void cleanup_hook(void* arg);
-  void teardown();
+  void teardown(bool defer_kvm = true);
 
   napi_env env_;
   std::shared_ptr<Handle> handle_;

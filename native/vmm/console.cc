@@ -56,6 +56,11 @@ std::vector<uint8_t> Console::take_pending() {
   return out;
 }
 
+void Console::close_log() {
+  std::lock_guard<std::mutex> lock(mu_);
+  log_.reset();
+}
+
 uint64_t Console::total_bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
   return total_;

@@ -30,6 +30,8 @@ class Console {
   // a backlog beyond kPendingMax are dropped).
   std::vector<uint8_t> take_pending();
   uint64_t total_bytes() const;
+  // Closes the log file (the machine was released); later writes only reach the ring.
+  void close_log();
 
   static constexpr size_t kPendingMax = 1 << 20;
 

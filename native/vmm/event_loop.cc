@@ -40,14 +40,21 @@ void EventLoop::start() {
 }
 
 void EventLoop::stop() {
+  bool never_started;
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
+    never_started = !started_;
   }
   uint64_t one = 1;
   ssize_t ignored = write(wake_fd_, &one, sizeof one);
   (void)ignored;
   if (thread_.joinable() && !on_loop_thread()) thread_.join();
+  // A loop that never ran still owes its posted closures a run, as a
+  // stopping loop gives them: they close fds handed over to the I/O thread
+  // and settle completions (a vsock connect), which would otherwise leak or
+  // never settle.
+  if (never_started) drain_posted();
 }
 
 bool EventLoop::add(int fd, uint32_t events, Callback cb) {
@@ -124,6 +131,11 @@ void EventLoop::run_sync(const std::function<void()>& fn) {
   cv.wait(lock, [&] { return done; });
 }
 
+size_t EventLoop::posted_count() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return posted_.size();
+}
+
 void EventLoop::drain_posted() {
   std::vector<std::function<void()>> work;
   {
@@ -163,12 +175,12 @@ void EventLoop::run() {
         // Re-check: remove() may have run between lookup and lock.
         std::lock_guard<std::mutex> lock(mu_);
         if (!callbacks_.count(fd)) {
-          dispatch_thread_ = {};
+          dispatch_thread_ = std::thread::id{};
           continue;
         }
       }
       (*cb)(events[i].events);
-      dispatch_thread_ = {};
+      dispatch_thread_ = std::thread::id{};
     }
     {
       std::lock_guard<std::mutex> lock(mu_);

@@ -7,6 +7,7 @@
 // thread-safe functions called in non-blocking mode, or through fds libuv reads.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -27,7 +28,9 @@ class EventLoop {
   EventLoop& operator=(const EventLoop&) = delete;
 
   void start();  // spawns the I/O thread
-  void stop();   // wakes the thread, runs no further callbacks, joins; idempotent
+  void stop();   // wakes the thread, runs no further fd callbacks, joins; idempotent.
+                 // Closures posted before stop() still run (on the caller's
+                 // thread when the loop never started).
 
   // events: EPOLLIN | EPOLLOUT | ...; level-triggered. The callback is
   // removed with the fd. Returns false when epoll refused the fd.
@@ -43,6 +46,8 @@ class EventLoop {
   void run_sync(const std::function<void()>& fn);
 
   bool on_loop_thread() const { return std::this_thread::get_id() == thread_.get_id(); }
+  // Closures posted and not yet run (diagnostics and tests).
+  size_t posted_count();
 
  private:
   void run();
@@ -57,7 +62,8 @@ class EventLoop {
   bool stopping_ = false;
   bool started_ = false;
   std::mutex dispatch_mu_;  // held while a callback runs; remove() takes it to wait
-  std::thread::id dispatch_thread_;
+  // Read by remove() on other threads while the loop thread writes it.
+  std::atomic<std::thread::id> dispatch_thread_{};
 };
 
 }  // namespace torpor

@@ -5,6 +5,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -12,6 +13,7 @@
 #include "common/error.h"
 #include "devices/i8042/i8042.h"
 #include "devices/serial/serial_8250.h"
+#include "vmm/reaper.h"
 #include "vmm/x86_64/boot.h"
 #include "vmm/x86_64/cpuid.h"
 #include "vmm/x86_64/layout.h"
@@ -50,8 +52,11 @@ void validate(const MachineConfig& cfg, int max_vcpus) {
   size_t devices = cfg.disks.size() + (cfg.vsock_cid ? 1 : 0) + (cfg.rng ? 1 : 0);
   if (devices > x86::kMaxVirtioDevices)
     throw Error(code::kInvalidArgument, "at most " + std::to_string(x86::kMaxVirtioDevices) + " virtio devices");
-  if (cfg.vsock_cid && (*cfg.vsock_cid < 3 || *cfg.vsock_cid > 0xffffffffull))
-    throw Error(code::kInvalidArgument, "vsock guest CID must be 3..2^32-1");
+  // 0, 1 and 2 are the hypervisor, local and host CIDs; 0xffffffff is
+  // VMADDR_CID_ANY. The device refuses them too, but only after the VM, its
+  // RAM and the devices before it were built: refuse here, first.
+  if (cfg.vsock_cid && (*cfg.vsock_cid < 3 || *cfg.vsock_cid > 0xfffffffeull))
+    throw Error(code::kInvalidArgument, "vsock guest CID must be 3..4294967294");
   if (cfg.console_ring_bytes == 0 || cfg.console_ring_bytes > (64u << 20))
     throw Error(code::kInvalidArgument, "consoleRingBytes must be 1..64 MiB");
 }
@@ -214,9 +219,19 @@ void Machine::start(Done done) {
   state_ = MachineState::Running;
   threads_started_ = true;
   start_waiters_.push_back(std::move(done));
-  loop_->start();
-  loop_->post([] { pthread_setname_np(pthread_self(), "torpor-io"); });
-  for (auto& v : vcpus_) v->start(Vcpu::Command::Run);
+  try {
+    loop_->start();
+    loop_->post([] { pthread_setname_np(pthread_self(), "torpor-io"); });
+    for (auto& v : vcpus_) v->start(Vcpu::Command::Run);
+  } catch (const std::exception& e) {
+    // std::thread throws when the process is out of threads. The caller gets
+    // the error now (so its Done is taken back, not called); the threads
+    // that did start are told to stop, and stop() finishes the machine.
+    start_waiters_.pop_back();
+    std::string why = std::string("could not start the machine's threads: ") + e.what();
+    end_locked(true, "internal-error", why);
+    throw Error(code::kInternal, why, EAGAIN);
+  }
 }
 
 void Machine::pause(Done done) {
@@ -232,6 +247,7 @@ void Machine::pause(Done done) {
   if (state_ == MachineState::Paused) return;  // a pause is in flight: same completion
   state_ = MachineState::Paused;
   parked_ = 0;
+  pause_seq_++;
   for (auto& v : vcpus_) v->send(Vcpu::Command::Pause);
 }
 
@@ -250,6 +266,15 @@ void Machine::resume() {
 }
 
 ExitReason Machine::stop() {
+  std::lock_guard<std::mutex> serial(stop_mu_);
+  return stop_locked();
+}
+
+ExitReason Machine::stop_locked() {
+  if (released_.load()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return reason_;
+  }
   bool started;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -263,6 +288,45 @@ ExitReason Machine::stop() {
   finish();
   std::lock_guard<std::mutex> lock(mu_);
   return reason_;
+}
+
+void Machine::release(bool defer_kvm) {
+  std::lock_guard<std::mutex> serial(stop_mu_);
+  stop_locked();
+  if (released_.load()) return;
+  // Every vCPU thread is joined and the I/O thread stopped: nothing else
+  // touches the devices, the buses or guest memory any more.
+  final_stats_ = collect_stats();
+  released_.store(true);
+  vsock_host_ = nullptr;
+  for (auto& v : virtio_) mmio_bus_.remove(v.base);
+  pio_bus_.remove(x86::kSerialPort);
+  pio_bus_.remove(I8042::kBase);
+  // Devices first and here: a disk's overlay is closed (and flushed) before
+  // stop() resolves, so the caller may reuse or delete it at once.
+  virtio_.clear();  // devices (disk files, vsock sockets, timerfd), ioeventfds, irqfds
+  i8042_.reset();
+  serial_.reset();
+  serial_irq_.reset();
+  loop_.reset();  // epoll and wake fds
+  console_->close_log();
+  // The kernel destroys the VM when its last fd closes, which takes a while:
+  // done on the reaper thread (vmm/reaper.h). vCPUs before RAM before the VM.
+  auto vcpus = std::make_shared<std::vector<std::unique_ptr<Vcpu>>>(std::move(vcpus_));
+  vcpus_.clear();
+  std::shared_ptr<GuestRam> ram(std::move(ram_));
+  std::shared_ptr<KvmVm> vm(std::move(vm_));
+  std::shared_ptr<KvmSystem> kvm(std::move(kvm_));
+  auto teardown = [vcpus, ram, vm, kvm]() mutable {
+    vcpus->clear();
+    ram.reset();
+    vm.reset();
+    kvm.reset();
+  };
+  if (defer_kvm)
+    reap_later(std::move(teardown));
+  else
+    teardown();
 }
 
 void Machine::end_locked(bool failed, const std::string& kind, const std::string& message) {
@@ -312,6 +376,11 @@ std::optional<ExitReason> Machine::exit_reason() const {
 }
 
 MachineStats Machine::stats() const {
+  if (released_.load()) return final_stats_;
+  return collect_stats();
+}
+
+MachineStats Machine::collect_stats() const {
   MachineStats s;
   for (const auto& v : vcpus_) {
     const auto& c = v->counters();
@@ -327,13 +396,16 @@ MachineStats Machine::stats() const {
 
 std::vector<std::pair<uint64_t, BusDevice*>> Machine::devices() {
   std::vector<std::pair<uint64_t, BusDevice*>> out;
+  if (released_.load()) return out;
   out.emplace_back(x86::kSerialPort, serial_.get());
   out.emplace_back(I8042::kBase, i8042_.get());
   for (auto& v : virtio_) out.emplace_back(v.base, v.dev.get());
   return out;
 }
 
-size_t Machine::console_input(const uint8_t* data, size_t len) { return serial_->enqueue_input(data, len); }
+size_t Machine::console_input(const uint8_t* data, size_t len) {
+  return require(serial_, "serial port")->enqueue_input(data, len);
+}
 
 void Machine::note_first_exit() {
   uint64_t zero = 0;
@@ -368,11 +440,14 @@ void Machine::vcpu_entered(uint32_t index) {
   for (auto& d : ready) d(nullptr, "");
 }
 
-void Machine::vcpu_parked(uint32_t) {
+void Machine::vcpu_parked(uint32_t, uint64_t pause_seq) {
   std::vector<Done> ready;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (state_ != MachineState::Paused) return;
+    // A vCPU that parked for a pause the host already resumed from must not
+    // count towards the next one: that vCPU would be counted twice and the
+    // pause would complete with another vCPU still inside KVM_RUN.
+    if (state_ != MachineState::Paused || pause_seq != pause_seq_) return;
     if (++parked_ == vcpus_.size()) ready.swap(pause_waiters_);
   }
   for (auto& d : ready) d(nullptr, "");

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "common/error.h"
 #include "devices/bus.h"
 #include "devices/virtio/virtio_mmio.h"
 #include "vmm/console.h"
@@ -87,26 +88,40 @@ class Machine final : private VcpuHost {
   // Ends the machine (reason 'stop' unless the guest ended it first), joins
   // every thread. Idempotent; safe from any thread except a vCPU or I/O thread.
   ExitReason stop();
+  // stop()s, then gives back what the machine holds: vCPUs, devices (and
+  // their files), the I/O thread's fds, guest RAM, the VM and KVM fds. What
+  // stays answers state(), exit_reason(), stats(), kernel_cmdline() and the
+  // console's tail. Idempotent; same threads as stop(). Done at stop time,
+  // not at garbage collection, so a process that creates and stops machines
+  // in a loop stays flat (test/vmm-lifecycle.test.ts). The kernel's VM
+  // teardown (slow) goes to the reaper thread (vmm/reaper.h) unless
+  // defer_kvm is false (environment cleanup: all gone before it returns).
+  void release(bool defer_kvm = true);
+  bool released() const { return released_.load(); }
 
   MachineState state() const;
   std::optional<ExitReason> exit_reason() const;
   MachineStats stats() const;
   std::string kernel_cmdline() const { return cmdline_; }
 
-  Console& console() { return *console_; }
-  // Serial input; returns bytes accepted.
+  Console& console() { return *console_; }  // kept by release()
+  // Serial input; returns bytes accepted. INVALID_STATE once released.
   size_t console_input(const uint8_t* data, size_t len);
-  GuestMemory& memory() { return ram_->memory(); }
-  VsockHost* vsock() { return vsock_host_; }
+  // The accessors below throw INVALID_STATE once the machine is released.
+  GuestMemory& memory() { return require(ram_, "guest memory")->memory(); }
+  VsockHost* vsock() { return released() ? nullptr : vsock_host_; }
   HostKind host_kind() const { return host_kind_; }
 
   // For the snapshot code (native/snapshot): valid for the machine's life.
   // Touch the vCPUs only while the machine is paused (every vCPU parked).
-  KvmSystem& kvm_system() { return *kvm_; }
-  KvmVm& kvm_vm() { return *vm_; }
+  KvmSystem& kvm_system() { return *require(kvm_, "KVM system fd"); }
+  KvmVm& kvm_vm() { return *require(vm_, "VM"); }
   size_t vcpu_count() const { return vcpus_.size(); }
-  KvmVcpu& kvm_vcpu(size_t i) { return vcpus_.at(i)->kvm(); }
-  EventLoop& event_loop() { return *loop_; }
+  KvmVcpu& kvm_vcpu(size_t i) {
+    if (i >= vcpus_.size()) throw Error(code::kInvalidArgument, "no vCPU " + std::to_string(i));
+    return vcpus_[i]->kvm();
+  }
+  EventLoop& event_loop() { return *require(loop_, "I/O loop"); }
   // Every device in platform order: serial, i8042, then the virtio devices
   // (disks, vsock, rng), each paired with its bus base address.
   std::vector<std::pair<uint64_t, BusDevice*>> devices();
@@ -115,9 +130,17 @@ class Machine final : private VcpuHost {
   void vcpu_pio(uint16_t port, uint8_t* data, size_t len, bool is_write) override;
   void vcpu_mmio(uint64_t addr, uint8_t* data, size_t len, bool is_write) override;
   void vcpu_entered(uint32_t index) override;
-  void vcpu_parked(uint32_t index) override;
+  void vcpu_parked(uint32_t index, uint64_t pause_seq) override;
   void vcpu_guest_ended(uint32_t index, bool failed, const std::string& kind, const std::string& message) override;
   void vcpu_exited(uint32_t index) override;
+
+  template <typename T>
+  T* require(const std::unique_ptr<T>& p, const char* what) const {
+    if (!p) throw Error(code::kInvalidState, std::string("the machine was stopped and its ") + what + " released");
+    return p.get();
+  }
+  ExitReason stop_locked();  // stop_mu_ held
+  MachineStats collect_stats() const;
 
   void add_virtio(std::unique_ptr<VirtioMmioDevice> dev, std::unique_ptr<KvmIrqLine> irq);
   // Called once all vCPU threads are gone: stops the I/O thread, fixes the
@@ -149,6 +172,12 @@ class Machine final : private VcpuHost {
   std::vector<std::unique_ptr<Vcpu>> vcpus_;
   std::string cmdline_;
 
+  // Serialises stop() and release(): two threads joining the same vCPU
+  // thread (a JS thread and the atexit handler) would be undefined behaviour.
+  std::mutex stop_mu_;
+  std::atomic<bool> released_{false};
+  MachineStats final_stats_;  // stats() after release()
+
   mutable std::mutex mu_;
   MachineState state_ = MachineState::Created;
   bool ending_ = false;    // an end was decided (reason_ set)
@@ -157,6 +186,7 @@ class Machine final : private VcpuHost {
   ExitReason reason_;
   bool failed_ = false;
   uint32_t entered_ = 0, parked_ = 0, exited_ = 0;
+  uint64_t pause_seq_ = 0;  // Pause commands sent to every vCPU so far
   std::vector<Done> start_waiters_, pause_waiters_;
   std::atomic<uint64_t> first_run_ns_{0};
   std::atomic<uint64_t> first_exit_ns_{0};

@@ -106,7 +106,7 @@ void Vcpu::thread_main() {
       }
       if (acked_seq != seq) {
         acked_seq = seq;
-        host_.vcpu_parked(index());
+        host_.vcpu_parked(index(), seq);
       }
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return want_ != Command::Pause || pause_seq_ != acked_seq; });

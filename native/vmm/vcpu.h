@@ -33,7 +33,9 @@ class VcpuHost {
   // The thread is about to enter KVM_RUN for the first time.
   virtual void vcpu_entered(uint32_t index) = 0;
   // The thread acknowledged a Pause: it is out of KVM_RUN with no I/O pending.
-  virtual void vcpu_parked(uint32_t index) = 0;
+  // pause_seq counts the Pause commands this vCPU was sent (1 for the first):
+  // an acknowledgement of an older pause can arrive after a newer one began.
+  virtual void vcpu_parked(uint32_t index, uint64_t pause_seq) = 0;
   // The guest ended the machine from this vCPU (kind per NativeExitReason).
   virtual void vcpu_guest_ended(uint32_t index, bool failed, const std::string& kind, const std::string& message) = 0;
   // The thread is leaving (after a Stop, or after reporting an end).

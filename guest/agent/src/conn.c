@@ -171,6 +171,7 @@ void conn_goaway(struct conn *c, const char *code, const char *message) {
   tp_put_str(&w, TP_T_CODE, code);
   tp_put_str(&w, TP_T_MESSAGE, message);
   c->closing = 1;
+  c->closing_deadline_ms = now_ms() + CONN_GOAWAY_DRAIN_MS;
   log_info("connection %d: goaway %s: %s", c->w.fd, code, message);
   frame_end(c, &w);
   if (!c->dead) flush(c);
@@ -186,7 +187,20 @@ void conn_close(struct conn *c, const char *why) {
   close(c->w.fd);
 }
 
+uint64_t conn_next_deadline(void) {
+  uint64_t d = UINT64_MAX;
+  for (struct conn *c = conns; c; c = c->next)
+    if (c->closing && !c->dead && c->closing_deadline_ms < d) d = c->closing_deadline_ms;
+  return d;
+}
+
 void conn_collect(void) {
+  uint64_t now = now_ms();
+  for (struct conn *c = conns; c; c = c->next)
+    if (c->closing && !c->dead && now >= c->closing_deadline_ms) {
+      log_error("connection %d: GOAWAY not read in time: closing it", c->w.fd);
+      conn_close(c, NULL);
+    }
   for (struct conn **pp = &conns; *pp;) {
     struct conn *c = *pp;
     if (!c->dead) {
@@ -215,7 +229,9 @@ void conn_flush_all_blocking(int timeout_ms) {
 /* Parses and dispatches every complete frame in the input buffer. */
 static void process_input(struct conn *c) {
   size_t pos = 0;
-  while (!c->dead && !c->closing) {
+  /* A burst of requests already read (PINGs, ECHOs of 1 MiB) stops being answered once the
+   * answers back up: the rest waits in c->in until the peer reads (on_conn_event). */
+  while (!c->dead && !c->closing && bytebuf_pending(&c->out) < CONN_OUT_STOP_READING) {
     struct tp_header h;
     int rc = tp_header_decode(c->in + pos, c->in_len - pos, &h);
     if (rc == TP_NEED_MORE) break;
@@ -261,9 +277,16 @@ static void on_conn_event(struct watcher *w, uint32_t events) {
   if (events & EPOLLOUT) {
     flush(c);
     if (c->dead) return;
+    /* Frames read earlier and held back while the answers backed up. */
+    if (c->in_len && !c->closing && bytebuf_pending(&c->out) < CONN_OUT_STOP_READING) {
+      process_input(c);
+      if (c->dead) return;
+      update_interest(c);
+    }
   }
   if (!(events & (EPOLLIN | EPOLLHUP | EPOLLERR)) || c->closing) return;
-  for (int rounds = 0; rounds < 16 && !c->dead && !c->closing && !c->reading_paused; rounds++) {
+  for (int rounds = 0; rounds < 16 && !c->dead && !c->closing && bytebuf_pending(&c->out) < CONN_OUT_STOP_READING;
+       rounds++) {
     if (c->in_cap - c->in_len < 4096) {
       size_t cap = c->in_cap * 2;
       uint8_t *p = realloc(c->in, cap);

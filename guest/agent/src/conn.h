@@ -48,6 +48,7 @@ struct conn {
   uint32_t last_stream;
   int hello_done;
   int closing; /* GOAWAY sent or received: flush, then close */
+  uint64_t closing_deadline_ms; /* a peer that does not read its GOAWAY is cut off then */
   int dead;    /* closed; freed after the current loop iteration */
   int reading_paused;
   unsigned open_streams;
@@ -64,8 +65,14 @@ void conn_accept_fd(int fd);
 int conn_backlogged(const struct conn *c);
 void conn_close(struct conn *c, const char *why);
 void conn_goaway(struct conn *c, const char *code, const char *message);
-/* Frees connections closed during the iteration (called from the loop tick). */
+/* Frees connections closed during the iteration, and closes those whose GOAWAY did not
+ * drain in time (called from the loop tick). */
 void conn_collect(void);
+/* When conn_collect has a GOAWAY deadline to enforce; UINT64_MAX when none. */
+uint64_t conn_next_deadline(void);
+
+/* How long a connection may take to read its GOAWAY before the agent closes it anyway. */
+#define CONN_GOAWAY_DRAIN_MS 2000u
 /* Blocks (briefly) until every connection's output is written: before reboot(2). */
 void conn_flush_all_blocking(int timeout_ms);
 

@@ -213,14 +213,20 @@ void handle_exec(struct stream *s, const struct frame *f) {
     sp.gid = q.has_gid ? q.gid : pw ? pw->pw_gid : q.uid;
     sp.user_name = NULL;
     if (pw) {
-      snprintf(buf, sizeof buf, "%s", pw->pw_name);
-      sp.user_name = strdup(buf);
-      snprintf(buf, sizeof buf, "HOME=%s", pw->pw_dir);
-      strv_push(&owned_env, strdup(buf));
-      snprintf(buf, sizeof buf, "USER=%s", pw->pw_name);
-      strv_push(&owned_env, strdup(buf));
-      snprintf(buf, sizeof buf, "LOGNAME=%s", pw->pw_name);
-      strv_push(&owned_env, strdup(buf));
+      sp.user_name = strdup(pw->pw_name);
+      static const char *const keys[] = {"HOME=", "USER=", "LOGNAME="};
+      for (int i = 0; i < 3; i++) {
+        snprintf(buf, sizeof buf, "%s%s", keys[i], i == 0 ? pw->pw_dir : pw->pw_name);
+        char *e = strdup(buf);
+        /* A NULL pushed here would end the vector early; out of memory, leave the key out. */
+        if (e && strv_push(&owned_env, e) != 0) free(e);
+      }
+      if (!sp.user_name) {
+        answer_error(s, CODE_REQUEST_FAILED, ENOMEM, "out of memory");
+        strv_free(&owned_env);
+        exec_req_free(&q);
+        return;
+      }
     }
     /* Unprivileged (host tests): switching to oneself needs no setgroups. */
     sp.switch_user = getuid() == 0 || sp.uid != getuid() || sp.gid != getgid();
@@ -262,6 +268,12 @@ void handle_exec(struct stream *s, const struct frame *f) {
   q.shell = q.cwd = q.tag = NULL;
   exec_req_free(&q);
   if (!p) {
+    /* Nobody could ever read, signal or reap-report it: stop it and give back its fds. */
+    kill(-res.pid, SIGKILL);
+    kill(res.pid, SIGKILL);
+    if (res.out_fd >= 0) close(res.out_fd);
+    if (res.err_fd >= 0) close(res.err_fd);
+    if (res.in_fd >= 0) close(res.in_fd);
     answer_error(s, CODE_REQUEST_FAILED, ENOMEM, "out of memory");
     return;
   }

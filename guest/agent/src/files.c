@@ -121,7 +121,7 @@ static void list_dir(struct lister *l, int dfd, const char *dirpath, unsigned de
     if (!(names[n] = strdup(de->d_name))) break;
     n++;
   }
-  qsort(names, n, sizeof *names, cmp_names);
+  if (n > 1) qsort(names, n, sizeof *names, cmp_names); /* names is NULL for an empty directory */
   static uint8_t scratch[ENTRY_MAX];
   for (size_t i = 0; i < n && !l->too_big; i++) {
     char path[TP_MAX_PATH + 1];
@@ -216,6 +216,23 @@ static int mkdir_one(const char *path, mode_t mode, int exist_ok) {
   return -1;
 }
 
+/* mkdir -p of every ancestor of path (0755; existing directories are fine): 0, or -1 with
+ * errno. path is restored before returning. */
+static int mkdir_ancestors(char *path) {
+  for (char *p = path + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = 0;
+    int rc = mkdir_one(path, 0755, 1);
+    int e = errno;
+    *p = '/';
+    if (rc != 0) {
+      errno = e;
+      return -1;
+    }
+  }
+  return 0;
+}
+
 void handle_mkdir(struct stream *s, const struct frame *f) {
   char *path = NULL;
   if (request_paths(s, f, &path, NULL) != 0) goto out;
@@ -223,18 +240,9 @@ void handle_mkdir(struct stream *s, const struct frame *f) {
   u32_field(f, TP_T_MODE, &mode);
   mode &= 07777;
   int parents = bool_field(f, TP_T_RECURSIVE);
-  if (parents) {
-    /* Each ancestor in turn; existing directories are fine. */
-    for (char *p = path + 1; *p; p++) {
-      if (*p != '/') continue;
-      *p = 0;
-      int rc = mkdir_one(path, 0755, 1);
-      *p = '/';
-      if (rc != 0) {
-        answer_path_errno(s, errno, "mkdir", path);
-        goto out;
-      }
-    }
+  if (parents && mkdir_ancestors(path) != 0) {
+    answer_path_errno(s, errno, "mkdir", path);
+    goto out;
   }
   if (mkdir_one(path, mode, parents) != 0) {
     answer_path_errno(s, errno, "mkdir", path);
@@ -550,6 +558,11 @@ void handle_file_write(struct stream *s, const struct frame *f) {
     unsigned rnd = (unsigned)(now_ms() * 2654435761u) ^ (unsigned)getpid() ^ (unsigned)(attempt * 7919);
     snprintf(tmp, tlen, "%.*s.%s.torpor-%08x", (int)dirlen, path, path + dirlen, rnd);
     fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    /* A missing directory on the way: create the parents (0755), as `mkdir -p`, once. */
+    if (fd < 0 && errno == ENOENT && attempt == 0 && dirlen > 1) {
+      if (mkdir_ancestors(path) != 0) break;
+      fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    }
     if (fd < 0 && errno != EEXIST) break;
   }
   if (fd < 0) {

@@ -10,6 +10,11 @@
 
 static int epfd = -1;
 static int stopping;
+/* The batch loop_run is dispatching: events of a watcher unwatched during the batch are
+ * struck out here, so its owner may free it at once and no later event of the same
+ * batch reads (or calls through) freed memory. */
+static struct epoll_event *batch;
+static int batch_next, batch_len;
 
 int loop_init(void) {
   epfd = epoll_create1(EPOLL_CLOEXEC);
@@ -33,9 +38,11 @@ int loop_watch(struct watcher *w, uint32_t events) {
 
 void loop_unwatch(struct watcher *w) {
   if (!w->registered) return;
-  epoll_ctl(epfd, EPOLL_CTL_DEL, w->fd, NULL);
+  if (epoll_ctl(epfd, EPOLL_CTL_DEL, w->fd, NULL) != 0) log_error("epoll_ctl(DEL fd %d): %s", w->fd, strerror(errno));
   w->registered = 0;
   w->events = 0;
+  for (int i = batch_next; i < batch_len; i++)
+    if (batch[i].data.ptr == w) batch[i].data.ptr = NULL;
 }
 
 void loop_stop(void) { stopping = 1; }
@@ -53,12 +60,17 @@ void loop_run(uint64_t (*next_deadline_ms)(void), void (*on_tick)(void)) {
       log_error("epoll_wait: %s", strerror(errno));
       continue; /* as PID 1 there is nowhere to go */
     }
+    batch = evs;
+    batch_len = n;
     for (int i = 0; i < n; i++) {
+      batch_next = i + 1;
       struct watcher *w = evs[i].data.ptr;
-      /* An earlier event of this batch may have closed it; owners free their watchers
-       * only from on_tick, after the batch, so the pointer is still valid here. */
-      if (w->registered) w->fn(w, evs[i].events);
+      /* NULL: an earlier event of this batch unwatched it (and its owner may have freed
+       * it); it is level-triggered, so one re-watched since then fires again next time. */
+      if (w && w->registered) w->fn(w, evs[i].events);
     }
+    batch = NULL;
+    batch_len = batch_next = 0;
     on_tick();
   }
 }

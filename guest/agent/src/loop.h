@@ -19,6 +19,8 @@ struct watcher {
 int loop_init(void);
 /* Registers or updates w->fd with these events (0 keeps it registered but silent). */
 int loop_watch(struct watcher *w, uint32_t events);
+/* Removes w from epoll. Afterwards no event reaches w, not even one already fetched in
+ * the batch being dispatched: the owner may free w right after this call. */
 void loop_unwatch(struct watcher *w);
 /* Runs until loop_stop(); each iteration waits at most until the deadline that
  * loop_next_deadline_ms (set by the caller) returns, then calls on_tick. */

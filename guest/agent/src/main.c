@@ -49,6 +49,8 @@ static void try_listen(void) {
 
 static uint64_t next_deadline(void) {
   uint64_t d = proc_next_deadline();
+  uint64_t c = conn_next_deadline();
+  if (c < d) d = c;
   if (!listening && listen_retry_ms < d) d = listen_retry_ms;
   return d;
 }

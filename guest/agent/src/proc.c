@@ -10,6 +10,7 @@
 
 #include "errors.h"
 #include "log.h"
+#include "reqid.h"
 
 static struct proc *procs; /* newest first */
 static unsigned ended_count;
@@ -102,23 +103,49 @@ static void pump_subs(struct proc *p) {
 
 static void stdin_fail_all(struct proc *p, int err);
 
+static void proc_free(struct proc *p) {
+  ring_free(&p->out[0].ring);
+  ring_free(&p->out[1].ring);
+  free_strv(p->argv);
+  free_strv(p->env);
+  free(p->shell);
+  free(p->cwd);
+  free(p->tag);
+  free(p);
+}
+
+/* An ended process nobody is reading from may lose its tails or leave the table. */
+static int idle_ended(const struct proc *p) { return p->finished && !p->subs; }
+
+static size_t kept_bytes(const struct proc *p) { return p->out[0].ring.cap + p->out[1].ring.cap; }
+
+/* The oldest idle ended process with kept output (want_output) or at all; NULL if none. */
+static struct proc **oldest_idle_ended(int want_output) {
+  struct proc **oldest = NULL;
+  for (struct proc **pp = &procs; *pp; pp = &(*pp)->next)
+    if (idle_ended(*pp) && (!want_output || kept_bytes(*pp)) && (!oldest || (*pp)->ended_seq < (*oldest)->ended_seq))
+      oldest = pp;
+  return oldest;
+}
+
 static void evict_ended(void) {
   while (ended_count > PROC_KEEP_ENDED) {
-    struct proc **oldest = NULL;
-    for (struct proc **pp = &procs; *pp; pp = &(*pp)->next)
-      if ((*pp)->finished && !(*pp)->subs && (!oldest || (*pp)->ended_seq < (*oldest)->ended_seq)) oldest = pp;
-    if (!oldest) return; /* all watched right now: evict later */
+    struct proc **oldest = oldest_idle_ended(0);
+    if (!oldest) break; /* all watched right now: evict later */
     struct proc *p = *oldest;
     *oldest = p->next;
-    ring_free(&p->out[0].ring);
-    ring_free(&p->out[1].ring);
-    free_strv(p->argv);
-    free_strv(p->env);
-    free(p->shell);
-    free(p->cwd);
-    free(p->tag);
-    free(p);
+    proc_free(p);
     ended_count--;
+  }
+  size_t total = 0;
+  for (struct proc *p = procs; p; p = p->next)
+    if (idle_ended(p)) total += kept_bytes(p);
+  while (total > PROC_ENDED_OUTPUT_BUDGET) {
+    struct proc **oldest = oldest_idle_ended(1);
+    if (!oldest) break;
+    total -= kept_bytes(*oldest);
+    ring_release(&(*oldest)->out[0].ring);
+    ring_release(&(*oldest)->out[1].ring);
   }
 }
 
@@ -251,6 +278,7 @@ static void stdin_fail_all(struct proc *p, int err) {
     struct stdin_req *q = p->stdin_head;
     p->stdin_head = q->next;
     struct stream *s = q->s;
+    if (!s && q->remember) reqid_forget(q->request_id); /* not written: asking again may run it */
     stdin_req_free(q);
     if (s) {
       s->on_close = NULL;
@@ -285,6 +313,7 @@ static void stdin_pump(struct proc *p) {
     if (!p->stdin_head) p->stdin_tail = NULL;
     struct stream *s = q->s;
     int close_after = q->close_after;
+    if (!s && q->remember) reqid_complete(q->request_id, TP_OK, TP_FLAG_END, (const uint8_t *)"", 0);
     stdin_req_free(q);
     if (close_after) {
       if (p->is_pty) {
@@ -298,6 +327,11 @@ static void stdin_pump(struct proc *p) {
     }
     if (s) {
       s->on_close = NULL;
+      if (s->conn->dead && s->remember) {
+        /* Its connection is gone but not yet collected: the id must still read as done. */
+        reqid_complete(s->request_id, TP_OK, TP_FLAG_END, (const uint8_t *)"", 0);
+        s->remember = 0;
+      }
       answer_ok(s);
     }
   }
@@ -310,7 +344,15 @@ static void on_stdin_writable(struct watcher *w, uint32_t events) {
 }
 
 static void stdin_stream_closed(struct stream *s) {
-  if (s->state) ((struct stdin_req *)s->state)->s = NULL;
+  struct stdin_req *q = s->state;
+  if (!q) return;
+  q->s = NULL;
+  if (s->remember) {
+    /* The bytes stay queued: the request id follows them instead of being forgotten. */
+    q->remember = 1;
+    q->request_id = s->request_id;
+    s->remember = 0;
+  }
 }
 
 int proc_stdin_enqueue(struct proc *p, struct stream *s, const uint8_t *data, size_t len, int close_after) {
@@ -435,7 +477,7 @@ void proc_tick(void) {
 }
 
 uint64_t proc_next_deadline(void) {
-  if (evict_pending && ended_count > PROC_KEEP_ENDED) return 0; /* evict at the next tick */
+  if (evict_pending) return 0; /* evict or trim at the next tick */
   uint64_t d = UINT64_MAX;
   for (struct proc *p = procs; p; p = p->next) {
     if (!p->reaped && p->deadline_ms && p->deadline_ms < d) d = p->deadline_ms;

@@ -13,6 +13,10 @@
 #include "spawn.h"
 
 #define PROC_KEEP_ENDED 64
+/* Kept output of ended processes, all of them together: beyond it the oldest ended
+ * process's tails are dropped first (its exit status stays), so 64 ended processes cannot
+ * pin 128 MiB of a small guest's memory. */
+#define PROC_ENDED_OUTPUT_BUDGET (16u << 20)
 /* A subscriber this far behind the newest output stops the agent reading the process's
  * pipe (back-pressure), well before the 1 MiB tail could drop bytes it still needs. */
 #define PROC_PAUSE_BACKLOG (256u * 1024u)
@@ -43,6 +47,10 @@ struct stdin_req {
   size_t len, done;
   int close_after;
   struct stream *s; /* NULL once the requester is gone */
+  /* The requester went away (transport reset) with its request id remembered: the
+   * bytes are still written, so the id must then read as done, never as "run again". */
+  int remember;
+  uint64_t request_id;
 };
 
 struct proc {

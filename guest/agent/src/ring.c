@@ -57,3 +57,10 @@ void ring_free(struct ring *r) {
   free(r->buf);
   memset(r, 0, sizeof *r);
 }
+
+void ring_release(struct ring *r) {
+  free(r->buf);
+  r->buf = NULL;
+  r->cap = 0;
+  r->start = r->end;
+}

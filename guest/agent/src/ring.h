@@ -21,5 +21,7 @@ int ring_append(struct ring *r, const uint8_t *p, size_t n);
 /* Copies n bytes starting at offset off (start <= off, off + n <= end). */
 void ring_copy(const struct ring *r, uint64_t off, uint8_t *dst, size_t n);
 void ring_free(struct ring *r);
+/* Drops every kept byte and the buffer, keeping the offsets (start = end). */
+void ring_release(struct ring *r);
 
 #endif

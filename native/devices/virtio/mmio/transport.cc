@@ -18,6 +18,8 @@ VirtioMmioTransport::VirtioMmioTransport(GuestMemory& mem, IrqLine& irq, EventLo
       throw Error(code::kInternal, name_ + ": queue size must be a power of two up to 32768");
     queues_.push_back(std::make_unique<Virtqueue>(max));
   }
+  guard_->notify_posted = std::make_unique<std::atomic<bool>[]>(queues_.size());
+  for (size_t i = 0; i < queues_.size(); i++) guard_->notify_posted[i].store(false);
   device_->attach(*this);
 }
 
@@ -237,10 +239,15 @@ void VirtioMmioTransport::fail(const char* why) {
 
 void VirtioMmioTransport::post_notify(uint32_t queue) {
   std::shared_ptr<Guard> guard = guard_;
-  loop_.post([guard, this, queue] {
+  // One already queued serves this kick too: notify() looks at the whole ring.
+  if (guard->notify_posted[queue].exchange(true)) return;
+  bool posted = loop_.post([guard, this, queue] {
+    // Cleared before serving: a kick from now on queues a new notification.
+    guard->notify_posted[queue].store(false);
     std::lock_guard<std::mutex> g(guard->mu);
     if (guard->alive) notify(queue);
   });
+  if (!posted) guard->notify_posted[queue].store(false);
 }
 
 void VirtioMmioTransport::notify(uint32_t queue) {
@@ -294,7 +301,13 @@ void VirtioMmioTransport::restore(StateReader& in) {
     last_error_ = in.str(256);
     uint64_t offered = device_->device_features() | vs::kFVersion1;
     if (driver_features_ & ~offered) StateReader::fail(name_ + ": saved features were never offered");
-    for (auto& q : queues_) q->restore(in);
+    for (auto& q : queues_) {
+      q->restore(in);
+      // The file is untrusted like the guest: a live queue must sit in this
+      // machine's RAM, aligned, as the QueueReady write checked it.
+      if (q->ready())
+        if (const char* why = q->validate(mem_)) StateReader::fail(name_ + ": restored queue: " + why);
+    }
     device_->restore(in);
     activated_ = activated;
     if (activated_) device_->activate();

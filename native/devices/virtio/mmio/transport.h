@@ -108,9 +108,13 @@ class VirtioMmioTransport final : public VirtioMmioDevice, public VirtioTranspor
 
   // Lets posted closures outlive the transport safely: they lock it and
   // find alive == false after destruction.
+  // notify_posted[q]: a notification of queue q is queued on the I/O thread.
+  // A guest writing QueueNotify in a loop (no ioeventfd) then costs one
+  // queued closure per queue, not one per write.
   struct Guard {
     std::mutex mu;
     bool alive = true;
+    std::unique_ptr<std::atomic<bool>[]> notify_posted;
   };
 
   GuestMemory& mem_;

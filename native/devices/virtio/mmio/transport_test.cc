@@ -134,6 +134,21 @@ TEST("virtio-mmio: a QueueNotify write is served on the I/O thread") {
   r.loop.stop();
 }
 
+TEST("virtio-mmio: a guest hammering QueueNotify queues one notification, and none is lost") {
+  Rig r;
+  CHECK_EQ(r.init(), kOkStatus);
+  r.driver.add_chain({{kBuf, 16, true}});
+  for (int i = 0; i < 100000; i++) reg_write(*r.dev, kQueueNotify, 0);
+  CHECK_EQ(r.loop.posted_count(), size_t{1});  // not 100000 closures
+  r.loop.start();
+  CHECK(wait_used(*r.dev, 1));
+  // Served: the next kick queues again and is served too.
+  r.driver.add_chain({{kBuf + 64, 16, true}});
+  reg_write(*r.dev, kQueueNotify, 0);
+  CHECK(wait_used(*r.dev, 2));
+  r.loop.stop();
+}
+
 TEST("virtio-mmio: writing 0 to Status resets device and queues") {
   Rig r;
   CHECK_EQ(r.init(), kOkStatus);
@@ -240,6 +255,14 @@ TEST("virtio-mmio: save/restore carries registers and queues to a new transport"
   other.u32(virtio::kDeviceBlock);
   StateReader foreign(other.data());
   CHECK_THROWS_CODE(b.restore(foreign), "SNAPSHOT_INVALID");
+
+  // A live queue whose rings are not in this machine's RAM is refused too.
+  FakeRam small(0x8000);  // the rings sit at 0x10000
+  EventLoop loop2;
+  VirtioMmioTransport c(small.mem, irq, loop2, std::make_unique<VirtioRngDevice>(small.mem));
+  StateReader elsewhere(w.data());
+  CHECK_THROWS_CODE(c.restore(elsewhere), "SNAPSHOT_INVALID");
+  CHECK_EQ(reg_read(c, kStatus), 0u);
 }
 
 TEST("virtio-mmio: a notification posted before destruction is dropped safely") {
