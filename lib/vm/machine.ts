@@ -169,6 +169,11 @@ export class Machine extends EventEmitter<MachineEvents> {
   }
   /**
    * Ends the machine and joins its threads; resolves to the exit reason. Idempotent.
+   * Releases what the machine holds (guest RAM, devices and their files, KVM fds)
+   * now, not at garbage collection: afterwards only state, exitReason,
+   * consoleTail, stats and kernelCmdline answer (readGuest, vsock and console
+   * input throw INVALID_STATE). A machine the guest ended keeps its memory
+   * readable until stop().
    * Not queued behind other calls: a pending start or pause is settled (rejected
    * with INVALID_STATE) by the stop itself.
    */

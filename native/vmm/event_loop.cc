@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <condition_variable>
+#include <exception>
 #include <memory>
 
 #include "common/error.h"
@@ -117,9 +118,18 @@ void EventLoop::run_sync(const std::function<void()>& fn) {
   std::mutex m;
   std::condition_variable cv;
   bool done = false;
+  std::exception_ptr error;
   bool posted = post([&] {
-    fn();
+    // An exception must not skip the wake-up below (the caller would wait
+    // for ever): it is carried back to the caller instead.
+    std::exception_ptr e;
+    try {
+      fn();
+    } catch (...) {
+      e = std::current_exception();
+    }
     std::lock_guard<std::mutex> lock(m);
+    error = e;
     done = true;
     cv.notify_one();
   });
@@ -129,6 +139,7 @@ void EventLoop::run_sync(const std::function<void()>& fn) {
   }
   std::unique_lock<std::mutex> lock(m);
   cv.wait(lock, [&] { return done; });
+  if (error) std::rethrow_exception(error);
 }
 
 size_t EventLoop::posted_count() {
@@ -142,7 +153,12 @@ void EventLoop::drain_posted() {
     std::lock_guard<std::mutex> lock(mu_);
     work.swap(posted_);
   }
-  for (auto& fn : work) fn();
+  for (auto& fn : work) {
+    try {
+      fn();
+    } catch (...) {
+    }
+  }
 }
 
 void EventLoop::run() {
@@ -179,7 +195,12 @@ void EventLoop::run() {
           continue;
         }
       }
-      (*cb)(events[i].events);
+      // Nothing may escape this thread (std::terminate); devices fail
+      // themselves on their own errors, this is the last line.
+      try {
+        (*cb)(events[i].events);
+      } catch (...) {
+      }
       dispatch_thread_ = std::thread::id{};
     }
     {

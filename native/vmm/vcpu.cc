@@ -117,7 +117,15 @@ void Vcpu::thread_main() {
       host_.vcpu_entered(index());
     }
     bool interrupted;
-    alive = run_once(&interrupted);
+    // An exception escaping a std::thread ends the process (std::terminate):
+    // a device that throws on a port or MMIO access ends the machine instead.
+    try {
+      alive = run_once(&interrupted);
+    } catch (const std::exception& e) {
+      host_.vcpu_guest_ended(index(), true, "internal-error",
+                             std::string("device error on vCPU ") + std::to_string(index()) + ": " + e.what());
+      alive = false;
+    }
   }
   kick_register_thread(nullptr);
   host_.vcpu_exited(index());
