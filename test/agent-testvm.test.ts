@@ -11,7 +11,8 @@ import { FrameType } from '../lib/agent/protocol.js';
 import { TorporError } from '../lib/errors.js';
 import { createAgentApi } from '../lib/sandbox/agent-api.js';
 import { Machine } from '../lib/vm/machine.js';
-import { bootTestvm, sleep, testUnless, testvmCommand, testvmImage, testvmSkipReason } from './vmm-guests.js';
+import { bootTestvm, sleep, testvmCommand, testvmImage, testvmSkipReason } from './vmm-guests.js';
+import { testUnless } from './skip-unless.js';
 
 const image = testvmImage();
 const kvmTest = testUnless('agent-testvm', testvmSkipReason());

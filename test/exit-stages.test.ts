@@ -9,10 +9,9 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
 import { kvmSkipReason } from './vmm-guests.js';
+import { testUnless } from './skip-unless.js';
 
-const skip = kvmSkipReason();
-if (skip) console.log(`exit-stages: skipped, ${skip}`);
-const kvmTest = skip ? test.skip : test;
+const kvmTest = testUnless('exit-stages', kvmSkipReason());
 
 const fixture = fileURLToPath(new URL('./fixtures/exit-stage.ts', import.meta.url));
 const stages = ['created', 'running', 'paused', 'during-pause', 'stopped'] as const;

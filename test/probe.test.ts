@@ -6,10 +6,9 @@ import * as assert from 'uvu/assert';
 import { TorporError } from '../lib/errors.js';
 import { formatProbe, probeHost, tryProbeHost } from '../lib/host/probe.js';
 import { kvmSkipReason } from './vmm-guests.js';
+import { testUnless } from './skip-unless.js';
 
-const skip = kvmSkipReason();
-if (skip) console.log(`probe: KVM tests skipped: ${skip}`);
-const withKvm = skip ? test.skip : test;
+const withKvm = testUnless('probe (KVM tests)', kvmSkipReason());
 
 withKvm('reports API version 12, the host kind and the capabilities torpor needs', () => {
   const p = probeHost();

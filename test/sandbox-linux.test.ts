@@ -6,12 +6,10 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
 import { Sandbox, linuxGuestSupport } from '../lib/sandbox/sandbox.js';
+import { testUnless } from './skip-unless.js';
 
 const support = await linuxGuestSupport();
-if (!support.ok) {
-  console.log(`sandbox-linux: skipped, this host cannot boot a Linux guest: ${support.reason}`);
-}
-const maybe = support.ok ? test : test.skip;
+const maybe = testUnless('sandbox-linux', support.ok ? null : `this host cannot boot a Linux guest: ${support.reason}`);
 
 maybe('uname, python3 arithmetic and a file round trip in one sandbox', async () => {
   await using sbx = await Sandbox.create({ boot: { timeoutMs: 120_000 } });

@@ -11,7 +11,8 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
 import { TorporError } from '../lib/errors.js';
-import { bootTestvm, sleep, testUnless, testvmCommand, testvmSkipReason } from './vmm-guests.js';
+import { bootTestvm, sleep, testvmCommand, testvmSkipReason } from './vmm-guests.js';
+import { testUnless } from './skip-unless.js';
 
 const kvmTest = testUnless('vmm-devices', testvmSkipReason());
 

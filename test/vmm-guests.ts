@@ -6,8 +6,6 @@ import { accessSync, constants, existsSync, mkdtempSync, writeFileSync } from 'n
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
-import { test } from 'uvu';
-
 import { Machine, type MachineOptions } from '../lib/vm/machine.js';
 
 /*
@@ -188,16 +186,6 @@ export const SMP_CODE = Buffer.from(
 /** `int3; jmp .-3`: on PVM the instruction emulator cannot run int3 (emulation failure); on hardware it faults through the empty IDT (triple fault). */
 export const INT3_LOOP = Buffer.from('ccebfd', 'hex');
 
-/**
- * uvu's `test` where this host can run a file's tests; otherwise a registrar that
- * marks them skipped, after printing once why (the only tests allowed not to run
- * are those the host cannot run, and they say so).
- */
-export function testUnless(file: string, reason: string | null): (name: string, fn: () => void | Promise<void>) => void {
-  if (reason === null) return test;
-  console.log(`${file}: skipped, ${reason}`);
-  return test.skip;
-}
 
 /** Why the test-guest tests cannot run here, or null. */
 export function testvmSkipReason(): string | null {

@@ -10,10 +10,9 @@ import { TorporError } from '../lib/errors.js';
 import { loadNative } from '../lib/native.js';
 import { Machine } from '../lib/vm/machine.js';
 import { COUNTER_GPA, PVH_BANNER, kvmSkipReason, pvhElf32, writeTemp } from './vmm-guests.js';
+import { testUnless } from './skip-unless.js';
 
-const skip = kvmSkipReason();
-if (skip) console.log(`vmm-lifecycle: skipped, ${skip}`);
-const kvmTest = skip ? test.skip : test;
+const kvmTest = testUnless('vmm-lifecycle', kvmSkipReason());
 
 const pvh = writeTemp('pvh.elf', pvhElf32());
 

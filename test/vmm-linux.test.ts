@@ -11,6 +11,7 @@ import * as assert from 'uvu/assert';
 import { probeHost } from '../lib/host/probe.js';
 import { Machine } from '../lib/vm/machine.js';
 import { kvmSkipReason } from './vmm-guests.js';
+import { testUnless } from './skip-unless.js';
 
 async function findKernel(): Promise<{ kernel: string } | { reason: string }> {
   const noKvm = kvmSkipReason();
@@ -29,8 +30,7 @@ async function findKernel(): Promise<{ kernel: string } | { reason: string }> {
 }
 
 const found = await findKernel();
-if ('reason' in found) console.log(`vmm-linux: skipped, ${found.reason}`);
-const linuxTest = 'reason' in found ? test.skip : test;
+const linuxTest = testUnless('vmm-linux', 'reason' in found ? found.reason : null);
 
 linuxTest('Linux boots on 2 vCPUs to the root mount, panics and resets: stopped/reset', async () => {
   const kernel = (found as { kernel: string }).kernel;

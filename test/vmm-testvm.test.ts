@@ -6,7 +6,8 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
 import { Machine } from '../lib/vm/machine.js';
-import { bootTestvm, sleep, testUnless, testvmCommand, testvmImage, testvmSkipReason } from './vmm-guests.js';
+import { bootTestvm, sleep, testvmCommand, testvmImage, testvmSkipReason } from './vmm-guests.js';
+import { testUnless } from './skip-unless.js';
 
 const image = testvmImage();
 const kvmTest = testUnless('vmm-testvm', testvmSkipReason());
