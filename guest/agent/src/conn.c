@@ -158,6 +158,19 @@ void answer_errno(struct stream *s, int err, const char *message) {
   answer_error(s, errno_code(err), err, message);
 }
 
+void frame_find_bytes(const struct frame *f, uint16_t tag, const uint8_t **value, size_t *len) {
+  struct tp_reader r;
+  struct tp_field fl;
+  *value = NULL;
+  *len = 0;
+  tp_reader_init(&r, f->payload, f->h.length);
+  while (tp_reader_next(&r, &fl) == TP_OK_)
+    if (fl.tag == tag) {
+      *value = fl.value;
+      *len = fl.len;
+    }
+}
+
 void answer_ok(struct stream *s) {
   struct tp_writer w;
   if (answer_begin(s, &w, 0, TP_OK) != 0) return;

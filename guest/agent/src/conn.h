@@ -19,6 +19,9 @@ struct frame {
   const uint8_t *payload;
 };
 
+/* The value of the last field `tag` in a frame's payload; NULL and 0 when absent. */
+void frame_find_bytes(const struct frame *f, uint16_t tag, const uint8_t **value, size_t *len);
+
 struct stream {
   struct stream *next;
   struct conn *conn;

@@ -498,16 +498,9 @@ static void write_frame(struct stream *s, const struct frame *f) {
     answer_error(s, CODE_PROTOCOL_ERROR, 0, "FILE_WRITE expects DATA frames");
     return;
   }
-  struct tp_reader r;
-  struct tp_field fl;
-  const uint8_t *data = NULL;
-  size_t len = 0;
-  tp_reader_init(&r, f->payload, f->h.length);
-  while (tp_reader_next(&r, &fl) == TP_OK_)
-    if (fl.tag == TP_T_DATA) {
-      data = fl.value;
-      len = fl.len;
-    }
+  const uint8_t *data;
+  size_t len;
+  frame_find_bytes(f, TP_T_DATA, &data, &len);
   if ((int64_t)len > s->recv_window) {
     conn_goaway(s->conn, CODE_PROTOCOL_ERROR, "DATA beyond the stream's window");
     return;

@@ -21,16 +21,9 @@ void handle_sync(struct stream *s, const struct frame *f) {
 }
 
 void handle_echo(struct stream *s, const struct frame *f) {
-  struct tp_reader r;
-  struct tp_field fl;
-  const uint8_t *data = NULL;
-  size_t len = 0;
-  tp_reader_init(&r, f->payload, f->h.length);
-  while (tp_reader_next(&r, &fl) == TP_OK_)
-    if (fl.tag == TP_T_DATA) {
-      data = fl.value;
-      len = fl.len;
-    }
+  const uint8_t *data;
+  size_t len;
+  frame_find_bytes(f, TP_T_DATA, &data, &len);
   struct tp_writer w;
   if (answer_begin(s, &w, TP_FIELD_HEADER_SIZE + len, TP_OK) != 0) return;
   tp_put_bytes(&w, TP_T_DATA, data ? data : (const uint8_t *)"", len);

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "common/error.h"
+#include "devices/virtio/serve_queue.h"
 
 namespace torpor {
 
@@ -53,24 +54,7 @@ void VirtioBlkDevice::read_config(uint64_t offset, uint8_t* data, size_t len) {
 
 void VirtioBlkDevice::queue_notify(uint32_t index) {
   if (index != 0 || !transport_) return;
-  Virtqueue& q = transport_->queue(0);
-  bool any = false;
-  for (;;) {
-    PopStatus st = q.pop(mem_, chain_);
-    if (st == PopStatus::kEmpty) break;
-    if (st == PopStatus::kBroken) {
-      transport_->fail(q.error().c_str());
-      return;
-    }
-    uint32_t used = handle(chain_);
-    if (!q.add_used(mem_, chain_.head(), used)) {
-      transport_->fail(q.error().c_str());
-      return;
-    }
-    any = true;
-  }
-  // One interrupt per batch, and only if the driver asked for it.
-  if (any) transport_->signal_used(0);
+  serve_queue(*transport_, mem_, 0, chain_, [this](const DescriptorChain& chain) { return handle(chain); });
 }
 
 bool VirtioBlkDevice::range_ok(uint64_t sector, uint64_t len) const {

@@ -1,4 +1,5 @@
 #include "devices/virtio/rng/rng_device.h"
+#include "devices/virtio/serve_queue.h"
 
 #include <sys/random.h>
 
@@ -12,22 +13,7 @@ void VirtioRngDevice::read_config(uint64_t, uint8_t* data, size_t len) { std::me
 
 void VirtioRngDevice::queue_notify(uint32_t index) {
   if (index != 0 || !transport_) return;
-  Virtqueue& q = transport_->queue(0);
-  bool any = false;
-  for (;;) {
-    PopStatus st = q.pop(mem_, chain_);
-    if (st == PopStatus::kEmpty) break;
-    if (st == PopStatus::kBroken) {
-      transport_->fail(q.error().c_str());
-      return;
-    }
-    if (!q.add_used(mem_, chain_.head(), fill(chain_))) {
-      transport_->fail(q.error().c_str());
-      return;
-    }
-    any = true;
-  }
-  if (any) transport_->signal_used(0);
+  serve_queue(*transport_, mem_, 0, chain_, [this](const DescriptorChain& chain) { return fill(chain); });
 }
 
 uint32_t VirtioRngDevice::fill(const DescriptorChain& chain) {

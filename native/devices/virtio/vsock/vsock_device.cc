@@ -12,6 +12,7 @@
 #include <optional>
 
 #include "common/error.h"
+#include "devices/virtio/serve_queue.h"
 
 namespace torpor {
 
@@ -206,28 +207,19 @@ void VsockDevice::process_tx() {
   if (detached_ || !transport_->active()) return;
   Virtqueue& q = transport_->queue(kTxQueue);
   if (!q.ready()) return;
-  bool used = false;
-  for (;;) {
-    // Every packet may need an answer; stop taking packets while the guest
-    // does not take our answers (it cannot grow our memory by flooding).
-    if (control_.size() >= kMaxControl) {
-      tx_stalled_ = true;
-      break;
-    }
-    PopStatus st = q.pop(mem_, chain_);
-    if (st == PopStatus::kEmpty) break;
-    if (st == PopStatus::kBroken) {
-      transport_->fail(q.error().c_str());
-      return;
-    }
-    handle_tx_packet(chain_);
-    if (!q.add_used(mem_, chain_.head(), 0)) {
-      transport_->fail(q.error().c_str());
-      return;
-    }
-    used = true;
-  }
-  if (used) transport_->signal_used(kTxQueue);
+  serve_queue(
+      *transport_, mem_, kTxQueue, chain_,
+      [this](const DescriptorChain& chain) {
+        handle_tx_packet(chain);
+        return uint32_t{0};  // tx buffers are device-readable only
+      },
+      // Every packet may need an answer; stop taking packets while the guest
+      // does not take our answers (it cannot grow our memory by flooding).
+      [this] {
+        if (control_.size() < kMaxControl) return false;
+        tx_stalled_ = true;
+        return true;
+      });
 }
 
 void VsockDevice::handle_tx_packet(const DescriptorChain& chain) {
