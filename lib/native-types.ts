@@ -53,9 +53,10 @@ export interface NativeMachineConfig {
 export type NativeMachineState = 'created' | 'running' | 'paused' | 'stopped' | 'failed';
 
 export interface NativeExitReason {
-  /** 'reset' (i8042/triple-fault-free reboot), 'poweroff', 'stop' (host asked), 'triple-fault',
-   *  'internal-error', 'emulation-failure', 'shutdown', 'panic', 'hlt' (all vCPUs halted with
-   *  interrupts off), 'host-error'. */
+  /** 'reset' (the guest reset the machine through the i8042), 'poweroff' and 'panic' (KVM system
+   *  events), 'stop' (the host stopped it), 'triple-fault', 'internal-error', 'emulation-failure',
+   *  'host-error'. 'hlt' only where KVM hands HLT to us, i.e. never with our in-kernel irqchip: a
+   *  guest halted for good with interrupts off stays halted inside KVM until stop(). */
   kind: string;
   message: string;
   /** The last console output (up to 4 KiB) at the moment the machine ended. */
