@@ -54,8 +54,8 @@ export type NativeMachineState = 'created' | 'running' | 'paused' | 'stopped' | 
 
 export interface NativeExitReason {
   /** 'reset' (the guest reset the machine through the i8042), 'poweroff' and 'panic' (KVM system
-   *  events), 'stop' (the host stopped it), 'triple-fault', 'internal-error', 'emulation-failure',
-   *  'host-error'. 'hlt' only where KVM hands HLT to us, i.e. never with our in-kernel irqchip: a
+   *  events), 'stop' (the host stopped it), 'triple-fault', 'internal-error' (KVM or the VMM failed),
+   *  'emulation-failure'. 'hlt' only where KVM hands HLT to us, i.e. never with our in-kernel irqchip: a
    *  guest halted for good with interrupts off stays halted inside KVM until stop(). */
   kind: string;
   message: string;
