@@ -16,6 +16,7 @@ export type ErrorCode =
   | 'GUEST_UNRESPONSIVE'
   | 'OUT_OF_SPACE'
   | 'OUTPUT_LOST'
+  | 'OUTPUT_LIMIT'
   | 'TEMPLATE_CHANGED'
   // Lower-level codes from the native core and the setup tooling.
   | 'IO_ERROR'
@@ -122,6 +123,27 @@ export class CommandExitError extends TorporError {
   }
 }
 
+/** A command's stdout or stderr outgrew `maxBuffer`: the process was killed and the output kept
+ *  up to the limit is attached (`stdout`, `stderr`), as CommandExitError carries it. */
+export class OutputLimitError extends TorporError {
+  readonly stdout: string;
+  readonly stderr: string;
+  /** The stream that outgrew the limit (unset when built from a bare code). */
+  readonly stream?: 'stdout' | 'stderr';
+  readonly maxBuffer?: number;
+
+  constructor(
+    message: string,
+    options: TorporErrorOptions & { stdout?: string; stderr?: string; stream?: 'stdout' | 'stderr'; maxBuffer?: number } = {},
+  ) {
+    super('OUTPUT_LIMIT', message, options);
+    this.stdout = options.stdout ?? '';
+    this.stderr = options.stderr ?? '';
+    if (options.stream !== undefined) this.stream = options.stream;
+    if (options.maxBuffer !== undefined) this.maxBuffer = options.maxBuffer;
+  }
+}
+
 const byCode: Partial<Record<ErrorCode, new (message: string, options?: TorporErrorOptions) => TorporError>> = {
   KVM_UNAVAILABLE: KvmUnavailableError,
   INVALID_ARGUMENT: InvalidArgumentError,
@@ -130,6 +152,7 @@ const byCode: Partial<Record<ErrorCode, new (message: string, options?: TorporEr
   SANDBOX_NOT_FOUND: SandboxNotFoundError,
   TEMPLATE_NOT_FOUND: TemplateNotFoundError,
   OUTPUT_LOST: OutputLostError,
+  OUTPUT_LIMIT: OutputLimitError,
   GUEST_UNRESPONSIVE: GuestUnresponsiveError,
   OUT_OF_SPACE: NotEnoughSpaceError,
 };

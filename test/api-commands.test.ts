@@ -2,7 +2,7 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
-import { CommandExitError, TorporError } from '../lib/errors.js';
+import { CommandExitError, OutputLimitError, TorporError } from '../lib/errors.js';
 import { hostApi, isRoot, sleep, until, type HostApi } from './agent-harness.js';
 
 let api: HostApi;
@@ -133,6 +133,91 @@ test('OUTPUT_LOST when the offset fell out of the kept tail; a kept offset repla
   const all = await dflt.wait();
   assert.is(all.stdout.length, 1024 * 1024);
   assert.is(dflt.offsets.stdout, total);
+});
+
+test('maxBuffer: a stream past it kills the process and rejects OUTPUT_LIMIT with the kept head', async () => {
+  const MiB = 1024 * 1024;
+  let seen = 0;
+  const t0 = Date.now();
+  const err = await api.commands
+    .run(`echo start >&2; head -c ${3 * MiB} /dev/zero | tr "\\0" x; sleep 30`, {
+      maxBuffer: MiB,
+      tag: 'over-limit',
+      onStdout: (s) => {
+        seen += s.length;
+      },
+    })
+    .catch((e) => e);
+  assert.instance(err, OutputLimitError);
+  const e = err as OutputLimitError;
+  assert.is(e.code, 'OUTPUT_LIMIT');
+  assert.is(e.stream, 'stdout');
+  assert.is(e.maxBuffer, MiB);
+  assert.match(e.message, /stdout/);
+  assert.match(e.message, /1048576/);
+  assert.match(e.message, /maxBuffer/);
+  assert.is(e.stdout.length, MiB, 'the output kept is exactly the limit');
+  assert.ok(/^x+$/.test(e.stdout));
+  assert.is(e.stderr, 'start\n');
+  assert.ok(seen >= MiB, `onStdout saw ${seen} bytes`);
+  assert.ok(Date.now() - t0 < 20_000, 'killed, not waited for the sleep');
+  const listed = (await api.commands.list()).filter((p) => p.tag === 'over-limit');
+  assert.is(listed.length, 1, 'listed (as ended)');
+  assert.is(listed[0]!.running, false, 'the process is not running any more');
+});
+
+test('maxBuffer: stderr, background handles, connect, and Infinity', async () => {
+  const MiB = 1024 * 1024;
+  const h = await api.commands.run(`head -c ${2 * MiB} /dev/zero | tr "\\0" e >&2`, { background: true, maxBuffer: MiB / 2 });
+  const err = await h.wait().catch((e) => e);
+  assert.ok(err instanceof OutputLimitError && err.stream === 'stderr', String(err));
+  assert.is((err as OutputLimitError).stderr.length, MiB / 2);
+  assert.ok(h.stderr.length <= MiB / 2, 'the handle keeps no more than the limit either');
+  // A replay through connect counts toward the limit too (the agent still keeps its last 1 MiB).
+  const replay = await api.commands.connect(h.pid, { maxBuffer: 1000 });
+  const r2 = await replay.wait().catch((e) => e);
+  assert.ok(r2 instanceof OutputLimitError && r2.stderr.length === 1000, String(r2));
+  // throwOnError: false does not hide a truncated result; Infinity lifts the limit.
+  const t = await api.commands.run(['seq', '1', '100000'], { maxBuffer: 1000, throwOnError: false }).catch((e) => e);
+  assert.ok(t instanceof OutputLimitError);
+  const inf = await api.commands.run(['seq', '1', '100000'], { maxBuffer: Infinity });
+  assert.is(inf.stdout.split('\n').length, 100001);
+  // Exactly at the limit is fine; a multi-byte character is never kept split.
+  const exact = await api.commands.run(['printf', 'abcd'], { maxBuffer: 4 });
+  assert.is(exact.stdout, 'abcd');
+  const utf = await api.commands.run(['printf', 'a\u00e9\u00e9'], { maxBuffer: 4 }).catch((e) => e);
+  assert.ok(utf instanceof OutputLimitError);
+  assert.is((utf as OutputLimitError).stdout, 'a\u00e9');
+});
+
+test('maxBuffer: invalid values are INVALID_ARGUMENT', async () => {
+  for (const v of [-1, 1.5, NaN, -Infinity, '10', null]) {
+    const r = await api.commands.run('true', { maxBuffer: v as never }).catch((e) => e);
+    assert.ok(code('INVALID_ARGUMENT')(r), `run maxBuffer ${String(v)}: ${r}`);
+    const c = await api.commands.connect(1, { maxBuffer: v as never }).catch((e) => e);
+    assert.ok(code('INVALID_ARGUMENT')(c), `connect maxBuffer ${String(v)}: ${c}`);
+  }
+  const ok = await api.commands.run('true', { maxBuffer: 0 });
+  assert.is(ok.exitCode, 0);
+});
+
+test('connect fromOffset: a number is stdout only; an omitted stream resumes from its kept tail', async () => {
+  const MiB = 1024 * 1024;
+  const h = await api.commands.run(`echo hello; head -c ${2 * MiB} /dev/zero | tr "\\0" e >&2; echo bye`, { background: true });
+  await h.disconnect();
+  await until(async () => (await api.commands.list()).find((p) => p.pid === h.pid)?.running === false, 10000, 'exit');
+  const byNumber = await api.commands.connect(h.pid, { fromOffset: 0 });
+  const r = await byNumber.wait();
+  assert.is(r.stdout, 'hello\nbye\n');
+  assert.is(r.stderr.length, MiB, 'stderr from the oldest kept byte');
+  assert.equal(byNumber.offsets, { stdout: 10, stderr: 2 * MiB });
+  const stdoutOnly = await (await api.commands.connect(h.pid, { fromOffset: { stdout: 6 } })).wait();
+  assert.is(stdoutOnly.stdout, 'bye\n');
+  const lost = await api.commands.connect(h.pid, { fromOffset: { stderr: 0 } }).catch((e) => e);
+  assert.ok(code('OUTPUT_LOST')(lost), `expected OUTPUT_LOST, got ${lost}`);
+  assert.match((lost as Error).message, /stderr/);
+  const bad = await api.commands.connect(h.pid, { fromOffset: { stdout: 0, bogus: 1 } as never }).catch((e) => e);
+  assert.ok(code('INVALID_ARGUMENT')(bad));
 });
 
 test('timeoutMs kills the command and throws TIMEOUT', async () => {

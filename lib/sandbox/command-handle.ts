@@ -3,7 +3,7 @@
 import { StringDecoder } from 'node:string_decoder';
 import { constants } from 'node:os';
 
-import { CommandExitError, TimeoutError, TorporError } from '../errors.js';
+import { CommandExitError, OutputLimitError, TimeoutError, TorporError } from '../errors.js';
 import type { ExecSession, ExitInfo } from '../agent/exec.js';
 
 export interface CommandResult {
@@ -33,28 +33,32 @@ export function signalName(n: number): string {
   return signalNames.get(n) ?? `signal ${n}`;
 }
 
-/** Collects one output stream: decoded incrementally, kept as chunks, joined on demand. */
+/** Collects one output stream: decoded incrementally, kept as chunks, joined on demand. At most
+ *  `limit` bytes (of the decoded text, as UTF-8) are kept: the guest is untrusted and may print
+ *  without end. The first push past it keeps what still fits, calls `onLimit` once and keeps
+ *  nothing more; push() still returns every decoded byte for the caller's callbacks. */
 export class OutputBuffer {
   private readonly decoder = new StringDecoder('utf8');
   private chunks: string[] = [];
   private joined: string | null = '';
+  private keptBytes = 0;
+  /** The stream outgrew the limit (what is kept is its head). */
+  overflowed = false;
 
-  constructor(private readonly keep: boolean) {}
+  constructor(
+    private readonly keep: boolean,
+    private readonly limit = Infinity,
+    private readonly onLimit?: () => void,
+  ) {}
 
   push(data: Buffer): string {
     const text = this.decoder.write(data);
-    if (this.keep && text) {
-      this.chunks.push(text);
-      this.joined = null;
-    }
+    if (text) this.store(text);
     return text;
   }
   finish(): string {
     const rest = this.decoder.end();
-    if (this.keep && rest) {
-      this.chunks.push(rest);
-      this.joined = null;
-    }
+    if (rest) this.store(rest);
     return rest;
   }
   get text(): string {
@@ -64,12 +68,61 @@ export class OutputBuffer {
     }
     return this.joined;
   }
+
+  private store(text: string): void {
+    if (!this.keep || this.overflowed) return;
+    if (this.limit !== Infinity) {
+      const bytes = Buffer.byteLength(text);
+      if (this.keptBytes + bytes > this.limit) {
+        // Keep the whole characters that fit (a throwaway decoder drops a split last one).
+        const head = new StringDecoder('utf8').write(Buffer.from(text, 'utf8').subarray(0, this.limit - this.keptBytes));
+        this.append(head);
+        this.keptBytes += Buffer.byteLength(head);
+        this.overflowed = true;
+        this.onLimit?.();
+        return;
+      }
+      this.keptBytes += bytes;
+    }
+    this.append(text);
+  }
+  private append(text: string): void {
+    if (!text) return;
+    this.chunks.push(text);
+    this.joined = null;
+  }
+}
+
+/** Both output streams of one command, kept up to `maxBuffer` bytes each. The first stream to
+ *  outgrow it is recorded and reported once through `onLimit` (the owner kills the process). */
+export class CommandOutput {
+  readonly out: OutputBuffer;
+  readonly err: OutputBuffer;
+  /** The stream that outgrew maxBuffer first. */
+  overflowed: 'stdout' | 'stderr' | undefined;
+  /** Why killing the process after the overflow failed, if it did. */
+  killError: unknown;
+
+  constructor(
+    keep: boolean,
+    readonly maxBuffer: number,
+    onLimit: (stream: 'stdout' | 'stderr') => void = () => undefined,
+  ) {
+    const hit = (stream: 'stdout' | 'stderr') => {
+      if (this.overflowed) return;
+      this.overflowed = stream;
+      onLimit(stream);
+    };
+    this.out = new OutputBuffer(keep, maxBuffer, () => hit('stdout'));
+    this.err = new OutputBuffer(keep, maxBuffer, () => hit('stderr'));
+  }
 }
 
 export class CommandHandle {
   readonly pid: number;
   private readonly out: OutputBuffer;
   private readonly err: OutputBuffer;
+  private readonly output: CommandOutput;
   private exit: ExitInfo | undefined;
   private readonly result: Promise<CommandResult>;
 
@@ -80,11 +133,12 @@ export class CommandHandle {
     private readonly control: ProcessControl,
     private readonly label: string,
     private readonly throwOnError: boolean,
-    outputs: { out: OutputBuffer; err: OutputBuffer },
+    output: CommandOutput,
   ) {
     this.pid = pid;
-    this.out = outputs.out;
-    this.err = outputs.err;
+    this.output = output;
+    this.out = output.out;
+    this.err = output.err;
     this.result = session.exited.then((info) => {
       this.exit = info;
       this.out.finish();
@@ -112,9 +166,19 @@ export class CommandHandle {
   }
 
   /** Waits for the process to end. Throws CommandExitError on a non-zero exit (unless the command
-   *  was started with `throwOnError: false`) and TimeoutError when it ran past `timeoutMs`. */
+   *  was started with `throwOnError: false`), TimeoutError when it ran past `timeoutMs`, and
+   *  OutputLimitError (OUTPUT_LIMIT, whatever throwOnError says) when stdout or stderr outgrew
+   *  `maxBuffer`: the process was killed then, and the error carries the output kept. */
   async wait(): Promise<CommandResult> {
-    const result = await this.result;
+    let result: CommandResult;
+    try {
+      result = await this.result;
+    } catch (err) {
+      // The kill after an overflow failed and the session was dropped: still an OUTPUT_LIMIT.
+      if (this.output.overflowed) throw this.limitError(this.output.killError ?? err);
+      throw err;
+    }
+    if (this.output.overflowed) throw this.limitError();
     if (result.timedOut) {
       const err = new TimeoutError(
         `${this.label} ran past its timeout and was killed. Raise timeoutMs (0 = none) or run it with background: true.`,
@@ -148,6 +212,17 @@ export class CommandHandle {
   /** Stops receiving output; the process keeps running (reattach with commands.connect). */
   async disconnect(): Promise<void> {
     this.session.detach();
+  }
+
+  private limitError(cause?: unknown): OutputLimitError {
+    const stream = this.output.overflowed ?? 'stdout';
+    const limit = this.output.maxBuffer;
+    const killed = this.output.killError === undefined ? 'the process was killed' : 'killing the process failed';
+    return new OutputLimitError(
+      `${stream} of ${this.label} exceeded maxBuffer (${limit} bytes) and ${killed}. ` +
+        'Raise the maxBuffer option (bytes kept per stream; Infinity = no limit), or redirect that output to a file in the guest.',
+      { stream, maxBuffer: limit, stdout: this.out.text, stderr: this.err.text, ...(cause === undefined ? {} : { cause }) },
+    );
   }
 
   private toResult(info: ExitInfo): CommandResult {

@@ -6,14 +6,14 @@
 //   await sbx.commands.run(['python3', '-c', 'print(1+1)'])
 import { constants } from 'node:os';
 
-import { TorporError } from '../errors.js';
+import { OutputLostError, TorporError } from '../errors.js';
 import type { AgentClient } from '../agent/client.js';
 import { ExecSession, type ExecRequest } from '../agent/exec.js';
 import { FieldWriter } from '../agent/fields.js';
 import { FLAG_END, FrameType } from '../agent/protocol.js';
 import {
   CommandHandle,
-  OutputBuffer,
+  CommandOutput,
   isProcessGone,
   type CommandResult,
   type OutputCallbacks,
@@ -26,6 +26,7 @@ import {
   checkFunction,
   checkInt,
   checkKnownKeys,
+  checkMaxBuffer,
   checkObject,
   checkString,
   fail,
@@ -49,6 +50,12 @@ export interface CommandStartOpts extends OutputCallbacks {
   throwOnError?: boolean;
   /** A label shown in commands.list(). */
   tag?: string;
+  /** Bytes of stdout and of stderr (each, as UTF-8) kept for the result; default 64 MiB,
+   *  `Infinity` for no limit. A stream that outgrows it gets the process killed (SIGKILL to its
+   *  group) and the result rejected with OutputLimitError (code OUTPUT_LIMIT) carrying the
+   *  output kept; onStdout/onStderr still see every byte up to the kill. Like Node's
+   *  child_process.exec maxBuffer: a guest printing without end cannot exhaust host memory. */
+  maxBuffer?: number;
 }
 
 export interface ProcessInfo {
@@ -64,13 +71,35 @@ export interface ProcessInfo {
 }
 
 export interface CommandConnectOpts extends OutputCallbacks {
-  /** Where output replay starts: a stdout byte offset, or both offsets (a handle's `offsets`).
-   *  Default: the oldest output the agent still keeps. */
+  /** Where output replay starts, per stream, as byte offsets from the process start:
+   *  - a number: the stdout offset (stderr is omitted);
+   *  - `{ stdout?, stderr? }`: each stream given (a handle's `offsets` gives both, for a resume
+   *    with no gap and no duplicate).
+   *  A given offset older than what the agent still keeps (it keeps the last 1 MiB per stream)
+   *  throws OUTPUT_LOST. An omitted stream (or no fromOffset at all) resumes from the oldest byte
+   *  still kept, and never throws OUTPUT_LOST for it (`handle.offsets` counts on from there). */
   fromOffset?: number | { stdout?: number; stderr?: number };
   throwOnError?: boolean;
+  /** As for commands.run: bytes of each stream kept for wait(), replay included (default 64 MiB). */
+  maxBuffer?: number;
 }
 
-const RUN_KEYS = ['background', 'cwd', 'user', 'envs', 'stdin', 'timeoutMs', 'throwOnError', 'tag', 'onStdout', 'onStderr'] as const;
+const RUN_KEYS = [
+  'background',
+  'cwd',
+  'user',
+  'envs',
+  'stdin',
+  'timeoutMs',
+  'throwOnError',
+  'tag',
+  'onStdout',
+  'onStderr',
+  'maxBuffer',
+] as const;
+const CONNECT_KEYS = ['fromOffset', 'throwOnError', 'onStdout', 'onStderr', 'maxBuffer'] as const;
+/** Default maxBuffer: generous for real command output, far below what would hurt the host. */
+export const DEFAULT_MAX_BUFFER = 64 * 1024 * 1024;
 const DEFAULT_FOREGROUND_TIMEOUT_MS = 60_000;
 const STDIN_CHUNK = 64 * 1024;
 
@@ -143,38 +172,55 @@ export class Commands implements ProcessControl {
     });
   }
 
-  /** Reattaches to a process (running or recently ended), replaying kept output from an offset.
-   *  Throws OUTPUT_LOST when that offset is older than what the agent kept. */
+  /** Reattaches to a process (running or recently ended), replaying kept output from the
+   *  offsets in `opts.fromOffset` (see there). Throws OUTPUT_LOST when a given offset is older than
+   *  what the agent kept. */
   async connect(pid: number, opts: CommandConnectOpts = {}): Promise<CommandHandle> {
     checkInt('pid', pid, 1, U32_MAX);
     checkObject('opts', opts);
+    checkKnownKeys('opts', opts, CONNECT_KEYS);
     checkFunction('opts.onStdout', opts.onStdout);
     checkFunction('opts.onStderr', opts.onStderr);
-    let offsets: { stdout: number; stderr: number } | null = null;
+    checkBool('opts.throwOnError', opts.throwOnError);
+    checkMaxBuffer('opts.maxBuffer', opts.maxBuffer);
+    let asked: { stdout?: number; stderr?: number } = {};
     if (typeof opts.fromOffset === 'number') {
       checkInt('opts.fromOffset', opts.fromOffset, 0, Number.MAX_SAFE_INTEGER);
-      offsets = { stdout: opts.fromOffset, stderr: 0 };
+      asked = { stdout: opts.fromOffset };
     } else if (opts.fromOffset !== undefined) {
       checkObject('opts.fromOffset', opts.fromOffset);
+      checkKnownKeys('opts.fromOffset', opts.fromOffset, ['stdout', 'stderr']);
       checkInt('opts.fromOffset.stdout', opts.fromOffset.stdout, 0, Number.MAX_SAFE_INTEGER);
       checkInt('opts.fromOffset.stderr', opts.fromOffset.stderr, 0, Number.MAX_SAFE_INTEGER);
-      offsets = { stdout: opts.fromOffset.stdout ?? 0, stderr: opts.fromOffset.stderr ?? 0 };
+      if (opts.fromOffset.stdout !== undefined) asked.stdout = opts.fromOffset.stdout;
+      if (opts.fromOffset.stderr !== undefined) asked.stderr = opts.fromOffset.stderr;
     }
-    if (offsets) return this.attach(pid, offsets, opts);
-    // No offset asked for: everything from the start if the agent still has it, else from the
-    // oldest byte it kept (handle.offsets then says where the replay began).
+    // First try: an omitted stream from 0, which is its oldest kept byte unless output was dropped.
+    const first = { stdout: asked.stdout ?? 0, stderr: asked.stderr ?? 0 };
+    const anyOmitted = asked.stdout === undefined || asked.stderr === undefined;
     try {
-      return await this.attach(pid, { stdout: 0, stderr: 0 }, opts);
+      return await this.attach(pid, first, opts);
     } catch (err) {
-      if (!(err instanceof TorporError && err.code === 'OUTPUT_LOST')) throw err;
+      if (!anyOmitted || !isOutputLost(err)) throw err;
     }
+    // Output was dropped: look where the kept tails begin. A given offset before its tail is the
+    // caller's OUTPUT_LOST; an omitted stream starts at its tail.
     for (let attempt = 0; ; attempt++) {
       const starts = await this.keptStarts(pid);
+      for (const stream of ['stdout', 'stderr'] as const) {
+        const want = asked[stream];
+        if (want !== undefined && want < starts[stream]) {
+          throw new OutputLostError(
+            `${stream} of process ${pid} before byte ${starts[stream]} is no longer kept (asked from ${want}); ` +
+              'omit the offset to resume from the oldest byte kept',
+          );
+        }
+      }
       try {
-        return await this.attach(pid, starts, opts);
+        return await this.attach(pid, { stdout: asked.stdout ?? starts.stdout, stderr: asked.stderr ?? starts.stderr }, opts);
       } catch (err) {
         // The tail may move on between the two requests under heavy output: look again.
-        if (!(err instanceof TorporError && err.code === 'OUTPUT_LOST') || attempt >= 3) throw err;
+        if (!isOutputLost(err) || attempt >= 3) throw err;
       }
     }
   }
@@ -184,16 +230,30 @@ export class Commands implements ProcessControl {
     offsets: { stdout: number; stderr: number },
     opts: CommandConnectOpts,
   ): Promise<CommandHandle> {
-    const out = new OutputBuffer(true);
-    const err = new OutputBuffer(true);
     const client = this.client();
     client.requireFeature('attach');
-    const session = ExecSession.attach(client, pid, offsets, {
-      onStdout: (data) => deliver(opts.onStdout, out.push(data)),
-      onStderr: (data) => deliver(opts.onStderr, err.push(data)),
+    let session: ExecSession | undefined;
+    const output = this.limitedOutput(true, opts.maxBuffer, () => session);
+    session = ExecSession.attach(client, pid, offsets, {
+      onStdout: (data) => deliver(opts.onStdout, output.out.push(data)),
+      onStderr: (data) => deliver(opts.onStderr, output.err.push(data)),
     });
     await session.started;
-    return new CommandHandle(pid, session, this, `process ${pid}`, opts.throwOnError ?? true, { out, err });
+    return new CommandHandle(pid, session, this, `process ${pid}`, opts.throwOnError ?? true, output);
+  }
+
+  /** Output kept up to maxBuffer per stream; past it, the process is killed (its EXITED then ends
+   *  the session; should the kill fail, the session is dropped so wait() does not hang). */
+  private limitedOutput(keep: boolean, maxBuffer: number | undefined, session: () => ExecSession | undefined): CommandOutput {
+    const output: CommandOutput = new CommandOutput(keep, maxBuffer ?? DEFAULT_MAX_BUFFER, () => {
+      const s = session();
+      if (s?.pid === undefined) return;
+      this.kill(s.pid).catch((err: unknown) => {
+        output.killError = err;
+        s.detach();
+      });
+    });
+    return output;
   }
 
   /** Where the kept stdout/stderr tails begin: an ATTACH from beyond the end is always
@@ -245,22 +305,23 @@ export class Commands implements ProcessControl {
   /** @internal shared with Pty */
   async start(
     request: ExecRequest,
-    opts: OutputCallbacks & { throwOnError?: boolean; raw?: (data: Buffer) => void },
+    opts: OutputCallbacks & { throwOnError?: boolean; maxBuffer?: number; raw?: (data: Buffer) => void },
     label: string,
   ): Promise<CommandHandle> {
     // The sandbox's envs reach every process it starts, commands and ptys alike.
     if (this.defaults.envs) request = { ...request, envs: { ...this.defaults.envs, ...(request.envs ?? {}) } };
-    const out = new OutputBuffer(opts.raw === undefined);
-    const err = new OutputBuffer(opts.raw === undefined);
-    const session = ExecSession.exec(this.client(), request, {
+    // A pty (raw) keeps no output: its bytes go to onData only.
+    let session: ExecSession | undefined;
+    const output = this.limitedOutput(opts.raw === undefined, opts.maxBuffer, () => session);
+    session = ExecSession.exec(this.client(), request, {
       onStdout: (data) => {
         if (opts.raw) return opts.raw(data);
-        deliver(opts.onStdout, out.push(data));
+        deliver(opts.onStdout, output.out.push(data));
       },
-      onStderr: (data) => deliver(opts.onStderr, err.push(data)),
+      onStderr: (data) => deliver(opts.onStderr, output.err.push(data)),
     });
     const started = await session.started;
-    return new CommandHandle(started.pid, session, this, label, opts.throwOnError ?? true, { out, err });
+    return new CommandHandle(started.pid, session, this, label, opts.throwOnError ?? true, output);
   }
 }
 
@@ -300,6 +361,7 @@ export function toExecRequest(cmd: string | string[], opts: CommandStartOpts): E
   if (opts.tag !== undefined && Buffer.byteLength(opts.tag) > 256) fail('opts.tag', 'at most 256 bytes', opts.tag);
   checkFunction('opts.onStdout', opts.onStdout);
   checkFunction('opts.onStderr', opts.onStderr);
+  checkMaxBuffer('opts.maxBuffer', opts.maxBuffer);
   if (opts.stdin !== undefined && typeof opts.stdin !== 'boolean' && typeof opts.stdin !== 'string' && !(opts.stdin instanceof Uint8Array)) {
     fail('opts.stdin', 'a boolean, a string or a Uint8Array', opts.stdin);
   }
@@ -311,6 +373,10 @@ export function toExecRequest(cmd: string | string[], opts: CommandStartOpts): E
   const timeout = opts.timeoutMs ?? (opts.background ? 0 : DEFAULT_FOREGROUND_TIMEOUT_MS);
   if (timeout) req.timeoutMs = timeout;
   return req;
+}
+
+function isOutputLost(err: unknown): boolean {
+  return err instanceof TorporError && err.code === 'OUTPUT_LOST';
 }
 
 /** Writing stdin failed because the process already closed it or ended. */

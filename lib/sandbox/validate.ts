@@ -59,4 +59,12 @@ export function checkEnvs(what: string, value: unknown): asserts value is Record
   }
 }
 
+/** A byte limit like Node's maxBuffer: an integer >= 0, or Infinity (no limit) said explicitly. */
+export function checkMaxBuffer(what: string, value: unknown): void {
+  if (value === undefined || value === Infinity) return;
+  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < 0) {
+    fail(what, 'a byte count (an integer >= 0) or Infinity', value);
+  }
+}
+
 export const U32_MAX = 0xffffffff;
