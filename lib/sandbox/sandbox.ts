@@ -173,11 +173,14 @@ export class Sandbox implements AsyncDisposable {
       try {
         await machine.waitForConsole(READY_LINE, bootTimeout);
       } catch (err) {
-        throw new TorporError(
-          'BOOT_FAILED',
-          `the guest agent did not report ready within ${bootTimeout} ms. Last console output:\n${tailText(machine)}`,
-          { cause: err },
-        );
+        // A guest that stopped (panic=1 reboots, a triple fault) fails the wait at once: say
+        // so rather than blaming a timeout that never ran out.
+        const st = machine.state;
+        const why =
+          st === 'stopped' || st === 'failed'
+            ? `the guest stopped before its agent reported ready (${err instanceof Error ? err.message : String(err)})`
+            : `the guest agent did not report ready within ${bootTimeout} ms`;
+        throw new TorporError('BOOT_FAILED', `${why}. Last console output:\n${tailText(machine)}`, { cause: err });
       }
       client = await connectAgent(machine, deadline);
       const sbx = new Sandbox(id, dir, machine, client, opts.envs);

@@ -56,6 +56,8 @@ void config_parse(const char *cmdline) {
       config.count_at_boot = option_on(t + 13);
     } else if (str_starts(t, "testvm.event_idx=")) {
       config.event_idx = option_on(t + 17);
+    } else if (str_starts(t, "testvm.agent_ready=")) {
+      config.agent_ready = option_on(t + 19);
     } else if (str_starts(t, "testvm.probe=")) {
       uint32_t n;
       if (parse_u32_token(t + 13, &n)) config.probe = n > MAX_VIRTIO_DEVICES ? MAX_VIRTIO_DEVICES : (int)n;

@@ -18,6 +18,7 @@ struct config {
   int count_at_boot; /* testvm.count=1 */
   int event_idx;     /* testvm.event_idx=0 turns VIRTIO_RING_F_EVENT_IDX off */
   int probe;         /* testvm.probe=N: without cmdline entries, probe N windows */
+  int agent_ready;   /* testvm.agent_ready=1: print the agent's readiness line (agent_ready.h) */
   char run[MAX_RUN]; /* testvm.run=a,b:arg,... */
   uint32_t virtio_count;
   struct virtio_entry virtio[MAX_VIRTIO_DEVICES];

@@ -45,6 +45,9 @@ static void init_one(uint32_t slot, uint32_t base, uint32_t size, uint32_t gsi) 
   kv_u64("gsi", gsi);
   kv_u64("irq", d->irq_routed);
   kv_u64("event_idx", (d->features & VIRTIO_RING_F_EVENT_IDX) != 0);
+  /* what the host configured, so a test can check it from the boot output alone */
+  if (!err && d->device_id == VIRTIO_ID_BLOCK) kv_u64("capacity", devices.blk[devices.blk_count - 1].capacity);
+  if (!err && d->device_id == VIRTIO_ID_VSOCK) kv_u64("cid", vsock_guest_cid());
   kv_str("status", err ? err : "ok");
   kv_end();
   if (probed == VIRTIO_PROBE_OK) devices.count++;

@@ -1,6 +1,7 @@
 /* torpor-testvm: a tiny PVH guest that exercises the VMM where Linux cannot boot.
  * Boot: banner first (boot -> banner is a benchmark), then interrupts and devices,
  * then the `testvm.run=` list, then commands from the serial port forever. */
+#include "agent_ready.h"
 #include "boot_info.h"
 #include "commands.h"
 #include "config.h"
@@ -57,6 +58,7 @@ static void main_loop(void) {
 
 void kmain(const struct hvm_start_info *si);
 void kmain(const struct hvm_start_info *si) {
+  uint64_t tsc_at_entry = rdtsc();
   status_page.stage = STAGE_ENTERED;
   serial_init();
   serial_puts("torpor-testvm ready\n");
@@ -80,6 +82,8 @@ void kmain(const struct hvm_start_info *si) {
 
   status_page.stage = STAGE_READY;
   if (config.count_at_boot) status_page.counting = 1;
+  /* after devices_init: the vsock responder already listens on the agent port */
+  if (config.agent_ready) agent_ready_announce(tsc_at_entry);
   command_run_list(config.run);
   main_loop();
 }

@@ -501,6 +501,8 @@ void vsock_poll(void) {
 
 int vsock_busy(void) { return stalled; }
 
+uint64_t vsock_guest_cid(void) { return guest_cid; }
+
 void vsock_report(void) {
   uint32_t open = 0;
   for (int i = 0; i < MAX_CONNS; i++) open += conns[i].state == CONN_OPEN;

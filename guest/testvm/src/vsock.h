@@ -16,6 +16,8 @@ const char *vsock_init(struct virtio_dev *d, int polled);
 void vsock_poll(void);
 /* 1 while the driver has work it could do now (e.g. echo bytes waiting on credit). */
 int vsock_busy(void);
+/* The guest CID read from the device config (at init and after a transport reset). */
+uint64_t vsock_guest_cid(void);
 /* One `vsock=` line with the driver's counters. */
 void vsock_report(void);
 

@@ -1,0 +1,233 @@
+// Sandbox.create's whole VM path for real, with the test guest standing in for Linux: this host
+// (PVM) cannot boot a Linux guest, but guest/testvm runs here and, with testvm.agent_ready=1,
+// prints the agent's readiness line and answers HELLO/PING on vsock port 1024. What runs is the
+// production code: ensureArtifacts (the stored root filesystem becomes virtio-blk disk 0), the
+// directory under TORPOR_HOME/sandboxes/<id>/, the Machine, the readiness wait, vsock, HELLO.
+//
+// TORPOR_HOME is a fresh directory whose artifacts/ links to the real store: the store is reused
+// (building the Debian image takes minutes and root), the sandboxes/ directory is this test's own.
+import { existsSync, readdirSync, readlinkSync, statSync } from 'node:fs';
+import { mkdtemp, readFile, readdir, rm, symlink } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+
+import type { AgentClient } from '../lib/agent/client.js';
+import { TorporError } from '../lib/errors.js';
+import { Sandbox, GUEST_CMDLINE } from '../lib/sandbox/sandbox.js';
+import { baseIsCached } from '../lib/setup/rootfs.js';
+import { homeLayout } from '../lib/store/home.js';
+import type { Machine } from '../lib/vm/machine.js';
+import { testUnless } from './skip-unless.js';
+import { sleep, testvmImage, testvmSkipReason } from './vmm-guests.js';
+
+const realStore = homeLayout().artifacts;
+
+async function skipReason(): Promise<string | null> {
+  const vm = testvmSkipReason();
+  if (vm) return vm;
+  if (!(await baseIsCached(realStore, false))) {
+    return `the root filesystem is not in the store (${realStore}); run \`torpor setup\` (as .ci/run does) to build it`;
+  }
+  return null;
+}
+
+const kvmTest = testUnless('sandbox-testvm', await skipReason());
+const kernel = testvmImage()!;
+const ROOTFS_SECTOR = 512;
+
+/** The sandbox's own agent connection and machine (Sandbox exposes neither: no ping, no hello). */
+const internals = (sbx: Sandbox) => sbx as unknown as { client: AgentClient; machine: Machine; dir: string };
+
+/** VM file descriptors this process holds: one per machine not yet torn down. */
+function liveVms(): number {
+  let n = 0;
+  for (const fd of readdirSync('/proc/self/fd')) {
+    try {
+      if (readlinkSync(`/proc/self/fd/${fd}`) === 'anon_inode:kvm-vm') n++;
+    } catch {
+      // closed while we looked (the readdir fd itself)
+    }
+  }
+  return n;
+}
+
+/** liveVms() once it equals n, or what it is after 5 s: a stopped machine's KVM objects are
+ *  closed on the addon's reaper thread (native/vmm/reaper.h), shortly after stop() resolved. */
+async function settledVms(n: number): Promise<number> {
+  for (let i = 0; i < 100 && liveVms() !== n; i++) await sleep(50);
+  return liveVms();
+}
+
+const bootOpts = (extra?: string, timeoutMs = 15_000) => ({
+  vcpus: 1,
+  memoryMiB: 64,
+  boot: { kernel, timeoutMs, ...(extra !== undefined ? { cmdlineExtra: extra } : {}) },
+});
+const AGENT_READY = 'testvm.agent_ready=1';
+
+let home = '';
+let savedHome: string | undefined;
+let vmsBefore = 0;
+
+test.before(async () => {
+  savedHome = process.env.TORPOR_HOME;
+  home = await mkdtemp(join(tmpdir(), 'torpor-sbx-testvm-'));
+  if (existsSync(realStore)) await symlink(realStore, join(home, 'artifacts'));
+  process.env.TORPOR_HOME = home;
+  vmsBefore = liveVms();
+});
+
+test.after(async () => {
+  if (savedHome === undefined) delete process.env.TORPOR_HOME;
+  else process.env.TORPOR_HOME = savedHome;
+  await rm(home, { recursive: true, force: true });
+});
+
+const sandboxDirs = async () => (await readdir(join(home, 'sandboxes')).catch(() => [] as string[])).sort();
+
+kvmTest('create -> readiness line -> vsock 1024 -> HELLO, with the directory, the disk and vsock as documented', async () => {
+  const t0 = performance.now();
+  const sbx = await Sandbox.create({ ...bootOpts(AGENT_READY), metadata: { suite: 'sandbox-testvm' }, envs: { A: '1' } });
+  const createMs = performance.now() - t0;
+  try {
+    assert.match(sbx.id, /^sbx_[0-9a-f]{16}$/);
+    const dir = join(home, 'sandboxes', sbx.id);
+    assert.is(internals(sbx).dir, dir);
+    assert.equal(await sandboxDirs(), [sbx.id]);
+    assert.equal((await readdir(dir)).sort(), ['console.log', 'meta.json', 'overlay', 'overlay.map']);
+
+    const meta = JSON.parse(await readFile(join(dir, 'meta.json'), 'utf8'));
+    assert.is(meta.id, sbx.id);
+    assert.is(meta.template, 'base');
+    assert.is(meta.state, 'running');
+    assert.is(meta.vcpus, 1);
+    assert.is(meta.memoryMiB, 64);
+    assert.equal(meta.metadata, { suite: 'sandbox-testvm' });
+    assert.equal(meta.envs, { A: '1' });
+    assert.is(meta.ownerPid, process.pid);
+    assert.ok(!Number.isNaN(Date.parse(meta.createdAt)));
+    // The supplied kernel is the test guest, copied into the store; the disk is the stored rootfs.
+    assert.ok(meta.kernel.startsWith(join(home, 'artifacts', 'kernel-supplied')), meta.kernel);
+    assert.equal(await readFile(meta.kernel), await readFile(kernel));
+    assert.ok(meta.rootfs.startsWith(join(home, 'artifacts', 'rootfs')) && meta.rootfs.endsWith('.ext4'), meta.rootfs);
+    // ensureArtifacts with a kernel does not remember it (only `torpor setup --kernel` does).
+    assert.not.ok(existsSync(homeLayout(home).setupRecord), 'setup.json was not written');
+
+    // HELLO came from the guest, and the connection is live.
+    const { client, machine } = internals(sbx);
+    assert.is(client.hello.name, 'torpor-testvm 1');
+    assert.is(client.hello.version, 1);
+    const rttMs = await client.ping();
+    assert.ok(rttMs > 0 && rttMs < 1000, `PING round trip ${rttMs} ms`);
+
+    // The guest took the Linux command line as it is and saw the devices Sandbox.create configured:
+    // the root filesystem as virtio-blk disk 0 (capacity in 512-byte sectors) and vsock with CID 3.
+    assert.ok(machine.kernelCmdline.startsWith(`${GUEST_CMDLINE} ${AGENT_READY}`), machine.kernelCmdline);
+    const log = sbx.consoleLog();
+    const sectors = statSync(meta.rootfs).size / ROOTFS_SECTOR;
+    assert.match(log, new RegExp(`^virtio=0 type=blk .*capacity=${sectors} status=ok$`, 'm'));
+    assert.match(log, /^virtio=1 type=vsock .*cid=3 status=ok$/m);
+    assert.match(log, /^boot=ok ram_mib=\d+ virtio=2 blk=1 rng=0 vsock=1 mode=irq$/m);
+    assert.match(log, /^torpor-agent ready v1 \d+ vsock:1024$/m);
+    assert.not.match(log, /error|bad_virtio_entries/);
+    // console.log in the directory holds the same output.
+    assert.match(await readFile(join(dir, 'console.log'), 'utf8'), /torpor-agent ready v1 \d+ vsock:1024/);
+
+    // The test guest's agent offers no exec: the API refuses clearly, naming the agent.
+    const err = await sbx.commands.run('true').catch((e: unknown) => e);
+    assert.ok(err instanceof TorporError && err.code === 'REQUEST_FAILED', String(err));
+    assert.match((err as Error).message, /the agent \(torpor-testvm 1\) does not offer exec/);
+
+    console.log(`  sandbox-testvm: Sandbox.create -> HELLO ${createMs.toFixed(0)} ms, PING ${rttMs.toFixed(2)} ms, guest ${/ready v1 (\d+)/.exec(log)![1]} ms after entry`);
+
+    // kill(): the machine stops, its VM is closed, the directory is deleted; a second kill is a no-op.
+    await sbx.kill();
+    assert.is(machine.state, 'stopped');
+    assert.is(await settledVms(vmsBefore), vmsBefore);
+    assert.not.ok(existsSync(dir));
+    assert.equal(await sandboxDirs(), []);
+    await sbx.kill();
+  } finally {
+    await sbx.kill();
+  }
+});
+
+kvmTest('await using kills the sandbox at the end of the block', async () => {
+  let dir = '';
+  let machine: Machine | undefined;
+  {
+    await using sbx = await Sandbox.create(bootOpts(AGENT_READY));
+    ({ dir, machine } = internals(sbx));
+    assert.ok(existsSync(join(dir, 'meta.json')));
+    assert.is(machine.state, 'running');
+  }
+  assert.is(machine.state, 'stopped');
+  assert.not.ok(existsSync(dir));
+  assert.is(await settledVms(vmsBefore), vmsBefore);
+});
+
+kvmTest('4 sandboxes at once: distinct ids, directories and agents', async () => {
+  const t0 = performance.now();
+  const boxes = await Promise.all(Array.from({ length: 4 }, () => Sandbox.create(bootOpts(AGENT_READY))));
+  const ms = performance.now() - t0;
+  try {
+    const ids = boxes.map((b) => b.id);
+    assert.is(new Set(ids).size, 4);
+    assert.equal(await sandboxDirs(), [...ids].sort());
+    assert.is(liveVms(), vmsBefore + 4);
+    const rtts = await Promise.all(boxes.map((b) => internals(b).client.ping()));
+    assert.ok(rtts.every((r) => r > 0));
+    for (const b of boxes) assert.is(internals(b).client.hello.name, 'torpor-testvm 1');
+    console.log(`  sandbox-testvm: 4 concurrent creates ${ms.toFixed(0)} ms`);
+  } finally {
+    await Promise.all(boxes.map((b) => b.kill()));
+  }
+  assert.equal(await sandboxDirs(), []);
+  assert.is(await settledVms(vmsBefore), vmsBefore);
+});
+
+kvmTest('opts.timeoutMs kills the sandbox when its lifetime is up', async () => {
+  const sbx = await Sandbox.create({ ...bootOpts(AGENT_READY), timeoutMs: 300 });
+  const { dir, machine } = internals(sbx);
+  try {
+    assert.ok(existsSync(dir));
+    for (let i = 0; i < 100 && existsSync(dir); i++) await sleep(50);
+    assert.not.ok(existsSync(dir), 'directory removed after the lifetime');
+    assert.is(machine.state, 'stopped');
+  } finally {
+    await sbx.kill();
+  }
+});
+
+kvmTest('no readiness line: BOOT_FAILED after the boot timeout, with the console tail, nothing left behind', async () => {
+  const t0 = performance.now();
+  const err = await Sandbox.create(bootOpts(undefined, 1500)).catch((e: unknown) => e);
+  const ms = performance.now() - t0;
+  assert.ok(err instanceof TorporError && err.code === 'BOOT_FAILED', String(err));
+  const msg = (err as Error).message;
+  assert.match(msg, /did not report ready within 1500 ms/);
+  assert.match(msg, /Last console output:\ntorpor-testvm ready\n/);
+  assert.match(msg, /boot=ok [^\n]*vsock=1/);
+  assert.ok(ms >= 1500 && ms < 10_000, `${ms} ms`);
+  assert.equal(await sandboxDirs(), []);
+  assert.is(await settledVms(vmsBefore), vmsBefore);
+});
+
+kvmTest('a guest that stops during boot: BOOT_FAILED at once, saying it stopped, nothing left behind', async () => {
+  const t0 = performance.now();
+  // testvm.run=triple: the guest triple-faults right after its boot line (a panicking kernel with
+  // panic=1 ends the same way, by resetting).
+  const err = await Sandbox.create(bootOpts('testvm.run=triple', 15_000)).catch((e: unknown) => e);
+  const ms = performance.now() - t0;
+  assert.ok(err instanceof TorporError && err.code === 'BOOT_FAILED', String(err));
+  const msg = (err as Error).message;
+  assert.match(msg, /the guest stopped before its agent reported ready \(machine failed \(triple-fault/);
+  assert.match(msg, /triple=now/);
+  assert.ok(ms < 10_000, `did not wait for the 15 s boot timeout (${ms} ms)`);
+  assert.equal(await sandboxDirs(), []);
+  assert.is(await settledVms(vmsBefore), vmsBefore);
+});
+
+test.run();
