@@ -7,7 +7,7 @@
 // TORPOR_HOME is a fresh directory whose artifacts/ links to the real store: the store is reused
 // (building the Debian image takes minutes and root), the sandboxes/ directory is this test's own.
 import { existsSync, readdirSync, readlinkSync, statSync } from 'node:fs';
-import { mkdtemp, readFile, readdir, rm, symlink } from 'node:fs/promises';
+import { copyFile, mkdtemp, readFile, readdir, rm, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'uvu';
@@ -186,6 +186,29 @@ kvmTest('4 sandboxes at once: distinct ids, directories and agents', async () =>
   }
   assert.equal(await sandboxDirs(), []);
   assert.is(await settledVms(vmsBefore), vmsBefore);
+});
+
+kvmTest('a later create in the same process notices a replaced kernel file and uses the new one', async () => {
+  const mine = join(home, 'my-kernel.elf');
+  await copyFile(kernel, mine);
+  const metaKernel = async (sbx: Sandbox) => JSON.parse(await readFile(join(internals(sbx).dir, 'meta.json'), 'utf8')).kernel as string;
+  const opts = { ...bootOpts(AGENT_READY), boot: { kernel: mine, cmdlineExtra: AGENT_READY, timeoutMs: 15_000 } };
+  const first = await Sandbox.create(opts);
+  const before = await metaKernel(first);
+  await first.kill();
+  const again = await Sandbox.create(opts); // same file: reused without asking the store again
+  assert.is(await metaKernel(again), before);
+  await again.kill();
+  // Trailing bytes keep the ELF valid but change its content (and so its store entry).
+  await writeFile(mine, Buffer.concat([await readFile(kernel), Buffer.from('torpor')]));
+  const replaced = await Sandbox.create(opts);
+  try {
+    const after = await metaKernel(replaced);
+    assert.is.not(after, before);
+    assert.equal(await readFile(after), await readFile(mine));
+  } finally {
+    await replaced.kill();
+  }
 });
 
 kvmTest('opts.timeoutMs kills the sandbox when its lifetime is up', async () => {

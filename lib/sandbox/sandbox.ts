@@ -9,7 +9,7 @@
 // root filesystem as /dev/vda -> the agent's readiness line -> vsock port 1024 -> HELLO.
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 
 import { KvmUnavailableError, TemplateNotFoundError, TorporError } from '../errors.js';
@@ -249,19 +249,50 @@ function tailText(machine: Machine): string {
 }
 
 /** Concurrent creates (8 sandboxes at once) share one ensureArtifacts() call instead of racing
- *  to check or build the same store entries; the next create after it settled asks again. */
+ *  to check or build the same store entries. */
 const inFlight = new Map<string, ReturnType<typeof ensureArtifactsOnce>>();
 function ensureArtifactsOnce(kernel: string | undefined) {
   return import('../setup/artifacts.js').then(({ ensureArtifacts }) => ensureArtifacts(kernel ? { kernel } : {}));
 }
-function sharedArtifacts(kernel: string | undefined): ReturnType<typeof ensureArtifactsOnce> {
-  const key = kernel ?? '';
-  let p = inFlight.get(key);
-  if (!p) {
-    p = ensureArtifactsOnce(kernel).finally(() => inFlight.delete(key));
-    inFlight.set(key, p);
+type Resolved = Awaited<ReturnType<typeof ensureArtifactsOnce>>;
+
+/** What a later create in this process reuses: ensureArtifacts() spends 50-80 ms on store
+ *  checks, while a stat of each file it named (and of the caller's kernel and setup's record)
+ *  costs well under a millisecond. Any change of identity (inode, size, mtime) asks again. */
+const resolved = new Map<string, { artifacts: Resolved; stamps: Array<[string, string]> }>();
+
+async function fileStamp(path: string): Promise<string> {
+  try {
+    const st = await stat(path);
+    return `${st.ino}:${st.size}:${st.mtimeMs}`;
+  } catch {
+    return 'absent';
   }
-  return p;
+}
+
+async function stampsOf(paths: string[]): Promise<Array<[string, string]>> {
+  return Promise.all(paths.map(async (path): Promise<[string, string]> => [path, await fileStamp(path)]));
+}
+
+async function sharedArtifacts(kernel: string | undefined): Promise<Resolved> {
+  const home = torporHome();
+  const supplied = kernel ?? process.env.TORPOR_KERNEL;
+  const key = `${home}\0${supplied ?? ''}`;
+  const hit = resolved.get(key);
+  if (hit) {
+    const now = await stampsOf(hit.stamps.map(([path]) => path));
+    if (now.every(([, stamp], i) => stamp === hit.stamps[i]![1])) return hit.artifacts;
+    resolved.delete(key);
+  }
+  let pending = inFlight.get(key);
+  if (!pending) {
+    pending = ensureArtifactsOnce(kernel).finally(() => inFlight.delete(key));
+    inFlight.set(key, pending);
+  }
+  const artifacts = await pending;
+  const watched = [artifacts.kernel, artifacts.rootfs, homeLayout(home).setupRecord, ...(supplied ? [supplied] : [])];
+  resolved.set(key, { artifacts, stamps: await stampsOf(watched) });
+  return artifacts;
 }
 
 async function writeMeta(dir: string, meta: object): Promise<void> {
