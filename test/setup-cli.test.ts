@@ -28,6 +28,10 @@ test('torpor --help and an unknown command', () => {
   assert.match(help.stdout, /^usage: torpor <command>/);
   assert.match(help.stdout, /setup \[--kernel PATH \| --own-kernel\] \[--json\] \[--verify\]/);
   assert.match(help.stdout, /--kernel PATH/);
+  const none = torpor([]);
+  assert.is(none.status, 2);
+  assert.is(none.stdout, '');
+  assert.match(none.stderr, /^usage: torpor <command>/);
   const bad = torpor(['frobnicate']);
   assert.is(bad.status, 2);
   assert.match(bad.stderr, /unknown command 'frobnicate'/);
@@ -166,6 +170,26 @@ test('setup --kernel PATH: checked, stored by content, remembered for later runs
   }
 });
 
+test('a damaged setup.json is ignored, not trusted: setup still runs on its stored artifacts', async () => {
+  const first = torpor(['setup', '--json']);
+  if (first.status !== 0) {
+    console.log(`  skipped: setup cannot complete on this host: ${first.stderr.trim().split('\n').pop()}`);
+    return;
+  }
+  const home = await mkdtemp(join(tmpdir(), 'torpor-setup-record-'));
+  try {
+    await symlink(homeLayout().artifacts, join(home, 'artifacts'));
+    for (const text of ['null', '[1]', '{"kernel":null}', '{"kernel":{"source":42}}', '{"kernel":{"source":"/x","sha256":"../../etc","format":"elf-pvh"}}', '{trunc']) {
+      await writeFile(join(home, 'setup.json'), text);
+      const r = torpor(['setup', '--json'], { TORPOR_HOME: home });
+      assert.is(r.status, 0, `${text}: ${r.stderr}`);
+      assert.is((JSON.parse(r.stdout) as Record<string, string>).kernel!.slice(home.length), (JSON.parse(first.stdout) as Record<string, string>).kernel!.slice(homeLayout().root.length));
+    }
+  } finally {
+    await rm(home, { recursive: true, force: true });
+  }
+});
+
 test('a non-root user who would need to build the image is told so before anything builds', async () => {
   if (process.getuid?.() !== 0 || spawnSync('setpriv', ['--version'], { stdio: 'ignore' }).status !== 0) {
     console.log('  skipped: needs root and setpriv to run setup as another user');
@@ -182,8 +206,31 @@ test('a non-root user who would need to build the image is told so before anythi
     );
     assert.is(r.status, 1, r.stderr);
     assert.match(r.stderr, /PERMISSION_DENIED: building the root filesystem needs root/);
+    // The advice builds into this user's TORPOR_HOME (plain sudo would use root's home) and hands it back.
+    assert.ok(r.stderr.includes(`sudo env TORPOR_HOME=${join(dir, 'home')} npx torpor setup && sudo chown -R`), r.stderr);
     assert.ok(Date.now() - started < 10_000, 'refused up front, not after a kernel build');
     assert.equal(await readdir(join(dir, 'home', 'artifacts')), []);
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+});
+
+test('a TORPOR_HOME the user cannot write: one line saying what to do, exit 1, no stack trace', async () => {
+  if (process.getuid?.() !== 0 || spawnSync('setpriv', ['--version'], { stdio: 'ignore' }).status !== 0) {
+    console.log('  skipped: needs root and setpriv to run setup as another user');
+    return;
+  }
+  const dir = await mkdtemp(join(tmpdir(), 'torpor-setup-readonly-'));
+  try {
+    await chmod(dir, 0o755); // root's, not nobody's
+    const r = spawnSync('setpriv', ['--reuid', '65534', '--regid', '65534', '--clear-groups', process.execPath, bin, 'setup', '--json'], {
+      encoding: 'utf8',
+      env: { ...process.env, HOME: '/nonexistent', TORPOR_HOME: join(dir, 'home') },
+    });
+    assert.is(r.status, 1, r.stderr);
+    assert.is(r.stdout, '');
+    assert.match(r.stderr, /^torpor: .*(EACCES|PERMISSION_DENIED).*TORPOR_HOME to a directory you own/);
+    assert.not.match(r.stderr, /\n\s+at /, 'no stack trace');
   } finally {
     await rm(dir, { recursive: true, force: true });
   }

@@ -1,7 +1,7 @@
 // The artifact store: content keys, one build under concurrency, damage
 // detection and rebuild, no half-written artifacts after a failed build.
 import { spawn, spawnSync } from 'node:child_process';
-import { appendFile, mkdir, mkdtemp, open, readdir, readFile, rm, stat, truncate, utimes, writeFile } from 'node:fs/promises';
+import { appendFile, chmod, mkdir, mkdtemp, open, readdir, readFile, rm, stat, truncate, utimes, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -125,6 +125,7 @@ test('a truncated artifact is detected and rebuilt', async () => {
   try {
     const first = await ensureArtifact(spec('t', counter), { root });
     const file = join(first.dir, 'data.bin');
+    await chmod(file, 0o644); // stored read-only: the damage is deliberate
     await truncate(file, 4096);
     const check = await checkArtifact(first.dir, first.key, ['data.bin']);
     assert.not.ok(check.ok);
@@ -147,6 +148,7 @@ test('an altered artifact is detected: by mtime on use, and by --verify even wit
     const first = await ensureArtifact(spec('m', counter), { root });
     const file = join(first.dir, 'data.bin');
     const before = await stat(file);
+    await chmod(file, 0o644); // stored read-only: the damage is deliberate
     // Flip one byte in the middle: same size, same head and tail.
     const fh = await open(file, 'r+');
     await fh.write(Buffer.from('!'), 0, 1, 512 * 1024);
@@ -223,6 +225,62 @@ test('a builder killed mid-build (SIGKILL) blocks nobody; its temporary director
     assert.ok(Date.now() - started < 5000, 'the dead builder did not hold the lock');
     const entries = await readdir(join(root, 'demo'));
     assert.not.ok(entries.some((e) => e.startsWith('.tmp-')), 'the dead builder\'s temporary directory is gone');
+  } finally {
+    await rm(root, { recursive: true, force: true });
+  }
+});
+
+test('stored files are read-only; a lost or nonsense manifest is detected and the artifact rebuilt', async () => {
+  const root = await tempRoot();
+  const counter = join(root, 'count');
+  try {
+    const first = await ensureArtifact(spec('r', counter), { root });
+    assert.is((await stat(join(first.dir, 'data.bin'))).mode & 0o222, 0, 'no write bits');
+    // The directory stays, its manifest is gone: rebuilt into the same place (it used to fail on rename).
+    await rm(join(first.dir, 'manifest.json'));
+    const check = await checkArtifact(first.dir, first.key, ['data.bin']);
+    assert.equal(check, { ok: false, exists: true, reason: 'manifest missing' });
+    const again = await ensureArtifact(spec('r', counter), { root });
+    assert.ok(again.built);
+    assert.is(again.dir, first.dir);
+    // Manifests that parse but are not one: each is a damaged artifact, not an exception.
+    for (const text of ['null', '[]', '42', '{"version":1}', `{"version":1,"key":"${first.key}","files":null}`,
+      `{"version":1,"key":"${first.key}","files":{"data.bin":{"size":"big"}}}`]) {
+      await chmod(join(first.dir, 'manifest.json'), 0o644);
+      await writeFile(join(first.dir, 'manifest.json'), text);
+      const c = await checkArtifact(first.dir, first.key, ['data.bin']);
+      assert.is(c.ok, false, text);
+      const rebuilt = await ensureArtifact(spec('r', counter), { root });
+      assert.ok(rebuilt.built, text);
+    }
+    const entries = await readdir(join(root, 'demo'));
+    assert.equal(entries.filter((e) => !e.endsWith('.lock')), [first.dir.split('/').pop()!], 'damaged copies were cleared');
+  } finally {
+    await rm(root, { recursive: true, force: true });
+  }
+});
+
+test('a store the user cannot write gives PERMISSION_DENIED saying what to do', async () => {
+  if (process.getuid?.() !== 0 || spawnSync('setpriv', ['--version'], { stdio: 'ignore' }).status !== 0) {
+    console.log('  skipped: needs root and setpriv to run a builder as another user');
+    return;
+  }
+  const root = await tempRoot();
+  try {
+    await chmod(root, 0o755); // root-owned, readable by all, writable by root only
+    const code = `
+      const { ensureArtifact } = await import(${JSON.stringify(artifactModule)});
+      try {
+        await ensureArtifact({ kind: 'demo', inputs: { x: '1' }, files: ['f'], build: async () => {} }, { root: ${JSON.stringify(root)} });
+      } catch (err) { process.stdout.write(JSON.stringify({ code: err.code, message: err.message })); }
+    `;
+    const r = spawnSync('setpriv', ['--reuid', '65534', '--regid', '65534', '--clear-groups', process.execPath, '--import', 'tsx', '--input-type=module', '-e', code], {
+      encoding: 'utf8',
+      env: { ...process.env, HOME: '/nonexistent' },
+    });
+    const out = JSON.parse(r.stdout || '{}') as { code?: string; message?: string };
+    assert.is(out.code, 'PERMISSION_DENIED', r.stdout + r.stderr);
+    assert.match(out.message!, /TORPOR_HOME to a directory you own/);
   } finally {
     await rm(root, { recursive: true, force: true });
   }

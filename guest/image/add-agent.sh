@@ -17,6 +17,8 @@ done
 case $agent in *[[:space:]\"]*) echo "add-agent.sh: agent path must not contain spaces or quotes: $agent" >&2; exit 2 ;; esac
 
 cp --sparse=always "$base" "$out.tmp"
+# The stored base is read-only (lib/store), and cp keeps its mode: debugfs -w needs to write the copy.
+chmod u+w "$out.tmp"
 # debugfs reports failures on stderr but still exits 0 (and `rm` of a file that is
 # not there is expected): check the result explicitly below instead.
 debugfs -w -f - "$out.tmp" >/dev/null 2>&1 <<CMDS

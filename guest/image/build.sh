@@ -44,9 +44,31 @@ read -r -a sources <<< "$APT_SOURCES"
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 tree=$out/tree
-rm -rf --one-file-system "$tree"
-# --one-file-system: never follow a mount mmdebstrap failed to undo into the host.
-trap 'rm -rf --one-file-system "$tree"' EXIT
+
+# Mount points at or below $1 (mountinfo field 5, octal escapes decoded), deepest first.
+mounts_under() {
+  awk -v t="$1" '{ p = $5; while (match(p, /\\[0-7][0-7][0-7]/)) { c = substr(p, RSTART + 1, 3); p = substr(p, 1, RSTART - 1) sprintf("%c", (substr(c,1,1) * 64) + (substr(c,2,1) * 8) + substr(c,3,1)) substr(p, RSTART + 4) }
+    if (p == t || index(p, t "/") == 1) print p }' /proc/self/mountinfo | sort -r
+}
+# Removes the tree, even after a failed or killed mmdebstrap: whatever it left
+# mounted inside (proc, sys, dev binds) is detached first, because a recursive
+# delete through a bind mount deletes the host's files (--one-file-system does
+# not see a bind mount of the same file system). If a mount will not go, the
+# tree stays and the message says how to clear it.
+remove_tree() {
+  [[ -e $tree ]] || return 0
+  local m
+  while IFS= read -r m; do umount -l -- "$m" 2>/dev/null || true; done < <(mounts_under "$tree")
+  if [[ -n $(mounts_under "$tree") ]]; then
+    echo "build.sh: mounts remain under $tree; not deleting it. Clear it with: umount -R $tree && rm -rf $tree" >&2
+    return 1
+  fi
+  rm -rf --one-file-system -- "$tree"
+}
+remove_tree
+trap 'rc=$?; remove_tree || rc=1; exit "$rc"' EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 echo "phase: debootstrap $suite (${#packages[@]} packages from ${sources[*]})"
 include=$(IFS=,; echo "${packages[*]}")
@@ -79,6 +101,9 @@ tree_bytes=$(du -sb "$tree" | cut -f1)
 size_mib=$(( (tree_bytes * 3 / 2) / 1048576 + 256 ))
 image=$out/base.ext4
 truncate -s "${size_mib}M" "$image.tmp"
-mkfs.ext4 -q -F -d "$tree" -b 4096 -m 0 -L torpor-root "$image.tmp"
+# A fixed UUID and directory hash seed: two builds from the same tree give the
+# same file system layout (root=/dev/vda, so nothing looks the UUID up).
+mkfs.ext4 -q -F -d "$tree" -b 4096 -m 0 -L torpor-root \
+  -U 5b1f7a0e-3c2d-4e6f-9a8b-7c6d5e4f3a2b -E hash_seed=0f1e2d3c-4b5a-4968-8776-655443322110 "$image.tmp"
 mv "$image.tmp" "$image"
 echo "phase: done tree ${tree_bytes} bytes, image ${size_mib} MiB ($(du -k "$image" | cut -f1) KiB used)"

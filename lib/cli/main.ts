@@ -35,11 +35,14 @@ export async function main(argv: string[]): Promise<number> {
       case 'doctor':
         return await runDoctor(rest);
       case undefined:
+        // A usage error: the text goes where errors go, so `torpor | less` users still see it and scripts see 2.
+        process.stderr.write(USAGE);
+        return 2;
       case '--help':
       case '-h':
       case 'help':
         process.stdout.write(USAGE);
-        return command === undefined ? 2 : 0;
+        return 0;
       default:
         process.stderr.write(`torpor: unknown command '${command}'\n\n${USAGE}`);
         return 2;
@@ -48,6 +51,20 @@ export async function main(argv: string[]): Promise<number> {
     if (err instanceof TorporError) {
       process.stderr.write(`torpor: ${err.code}: ${err.message}\n`);
       return err.code === 'INVALID_ARGUMENT' ? 2 : 1;
+    }
+    // A system error that no layer below turned into a TorporError: one line a
+    // user can act on, not a stack trace (which stays one env var away).
+    const sys = err as NodeJS.ErrnoException;
+    if (typeof sys?.code === 'string' && typeof sys.syscall === 'string' && !process.env.TORPOR_DEBUG) {
+      const hint =
+        sys.code === 'EACCES' || sys.code === 'EPERM'
+          ? ' (set TORPOR_HOME to a directory you own, or run as the user who owns this one)'
+          : sys.code === 'ENOSPC'
+            ? ' (free some disk space, or set TORPOR_HOME elsewhere)'
+            : '';
+      const message = sys.message.startsWith(`${sys.code}:`) ? sys.message : `${sys.code}: ${sys.message}`;
+      process.stderr.write(`torpor: ${message}${hint}\n`);
+      return 1;
     }
     throw err;
   }

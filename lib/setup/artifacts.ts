@@ -1,10 +1,10 @@
 // ensureArtifacts(): everything a Linux sandbox boots from (kernel, root
 // filesystem, agent), built once into the store and reused. `torpor setup`
 // and Sandbox.create both come through here.
-import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
+import { mkdir, open, readFile, rename } from 'node:fs/promises';
 
 import { TorporError } from '../errors.js';
-import { checkArtifact, artifactDir, artifactKey } from '../store/artifact.js';
+import { checkArtifact, artifactDir, artifactKey, storeError } from '../store/artifact.js';
 import { homeLayout, torporHome } from '../store/home.js';
 import { ensureAgent } from './agent.js';
 import { detectHost, type HostKind } from './host.js';
@@ -53,17 +53,39 @@ interface SetupRecord {
   kernel?: { source: string; sha256: string; format: KernelFormat };
 }
 
+/** setup.json as written by writeRecord; anything else in it (hand-edited, truncated) is ignored, not trusted. */
 async function readRecord(path: string): Promise<SetupRecord> {
+  let parsed: unknown;
   try {
-    return JSON.parse(await readFile(path, 'utf8')) as SetupRecord;
+    parsed = JSON.parse(await readFile(path, 'utf8'));
   } catch {
     return {};
   }
+  const kernel = (parsed as SetupRecord | null)?.kernel;
+  if (
+    typeof kernel === 'object' &&
+    kernel !== null &&
+    typeof kernel.source === 'string' &&
+    kernel.source !== '' &&
+    typeof kernel.sha256 === 'string' &&
+    /^[0-9a-f]{64}$/.test(kernel.sha256) &&
+    (kernel.format === 'elf-pvh' || kernel.format === 'elf-64' || kernel.format === 'bzimage')
+  ) {
+    return { kernel: { source: kernel.source, sha256: kernel.sha256, format: kernel.format } };
+  }
+  return {};
 }
 
+/** Replaces setup.json atomically and durably: a crash leaves the old record or the new one. */
 async function writeRecord(path: string, record: SetupRecord): Promise<void> {
   const tmp = `${path}.${process.pid}.tmp`;
-  await writeFile(tmp, JSON.stringify(record, null, 2) + '\n');
+  const fh = await open(tmp, 'w');
+  try {
+    await fh.writeFile(JSON.stringify(record, null, 2) + '\n');
+    await fh.sync();
+  } finally {
+    await fh.close();
+  }
   await rename(tmp, path);
 }
 
@@ -87,7 +109,9 @@ export async function ensureArtifacts(options: EnsureArtifactsOptions = {}): Pro
   const root = layout.artifacts;
   const verify = options.verify ?? false;
   const progress = options.onProgress;
-  await mkdir(root, { recursive: true });
+  await mkdir(root, { recursive: true }).catch((err: unknown) => {
+    throw storeError(err, root);
+  });
 
   const host = detectHost();
   const record = await readRecord(layout.setupRecord);
@@ -117,8 +141,9 @@ export async function ensureArtifacts(options: EnsureArtifactsOptions = {}): Pro
     throw new TorporError(
       'PERMISSION_DENIED',
       'building the root filesystem needs root (mmdebstrap creates files owned by root; mkfs.ext4 -d copies ' +
-        'ownership as found). Run `sudo npx torpor setup` once; later runs by any user reuse the stored image ' +
-        'when they use the same TORPOR_HOME.',
+        `ownership as found). Build it once as root into this TORPOR_HOME, then take it back: ` +
+        `sudo env TORPOR_HOME=${layout.root} npx torpor setup && sudo chown -R "$(id -u):$(id -g)" ${layout.root} ` +
+        "(plain `sudo npx torpor setup` would build into root's own home instead). Later runs as you reuse the image.",
     );
   }
 

@@ -3,6 +3,7 @@
 //   - vmlinux ELF64 x86-64 without it (64-bit boot protocol at the ELF entry),
 //   - bzImage with boot protocol >= 2.12 and XLF_KERNEL_64.
 // Anything else is refused with KERNEL_INVALID before a machine tries to boot it.
+import { constants } from 'node:fs';
 import { open } from 'node:fs/promises';
 
 import { TorporError } from '../errors.js';
@@ -28,6 +29,8 @@ const XLF_KERNEL_64 = 1;
 const KERNEL_HALF = 0xffff800000000000n;
 /** vmlinux keeps its notes after .text, tens of MiB in: read whole files up to this size. */
 const READ_LIMIT = 512 << 20;
+/** Note bytes scanned in all (a vmlinux has a few hundred): bounds the work a crafted file can cause. */
+const NOTE_SCAN_LIMIT = 1 << 20;
 
 function invalid(path: string, why: string): TorporError {
   return new TorporError(
@@ -73,22 +76,37 @@ function segments(buf: Buffer, is64: boolean): Segment[] {
   return out;
 }
 
-/** Finds the PVH entry (XEN_ELFNOTE_PHYS32_ENTRY) in the PT_NOTE segments. */
+/** Rounds a note field's size up to 4 bytes, in plain arithmetic (`& ~3` would wrap sizes >= 2^31). */
+function align4(n: number): number {
+  return Math.ceil(n / 4) * 4;
+}
+
+/**
+ * Finds the PVH entry (XEN_ELFNOTE_PHYS32_ENTRY) in the PT_NOTE segments.
+ * Every size comes from the file: each note must lie wholly inside its segment
+ * and the buffer, and names are compared over their first bytes only, so a
+ * crafted note can neither read out of bounds nor cost more than a few
+ * operations per 12 bytes of segment.
+ */
 function findPvhEntry(buf: Buffer, segs: Segment[]): number | undefined {
+  let budget = NOTE_SCAN_LIMIT;
   for (const seg of segs) {
-    if (seg.type !== PT_NOTE) continue;
-    const end = Math.min(seg.offset + seg.filesz, buf.length);
+    if (seg.type !== PT_NOTE || seg.offset >= buf.length || budget <= 0) continue;
+    // 65535 PT_NOTE headers over one huge range must not cost 65535 scans of it.
+    const end = Math.min(seg.offset + seg.filesz, buf.length, seg.offset + budget);
+    budget -= end - seg.offset;
     let p = seg.offset;
     while (p + 12 <= end) {
       const namesz = buf.readUInt32LE(p);
       const descsz = buf.readUInt32LE(p + 4);
       const type = buf.readUInt32LE(p + 8);
       const nameStart = p + 12;
-      const descStart = nameStart + ((namesz + 3) & ~3);
-      const next = descStart + ((descsz + 3) & ~3);
-      if (next > end || next <= p) break;
-      const name = buf.toString('latin1', nameStart, nameStart + Math.max(0, namesz - 1));
-      if (name === 'Xen' && type === XEN_ELFNOTE_PHYS32_ENTRY && descsz >= 4) {
+      const descStart = nameStart + align4(namesz);
+      const next = descStart + align4(descsz);
+      if (next > end) break;
+      // "Xen\0": namesz 4. Comparing bytes, not a decoded string of namesz characters.
+      const isXen = namesz === 4 && buf.readUInt32BE(nameStart) === 0x58656e00;
+      if (isXen && type === XEN_ELFNOTE_PHYS32_ENTRY && descsz >= 4) {
         return descsz >= 8 ? Number(buf.readBigUInt64LE(descStart)) : buf.readUInt32LE(descStart);
       }
       p = next;
@@ -97,8 +115,27 @@ function findPvhEntry(buf: Buffer, segs: Segment[]): number | undefined {
   return undefined;
 }
 
-/** Classifies a kernel image from its bytes. `path` is used in messages only. */
+/** The PVH entry is where a vCPU starts in 32-bit protected mode, paging off: a physical address below 4 GiB. */
+function checkPvhEntry(entry: number, path: string): void {
+  if (entry === 0 || entry > 0xffffffff) throw invalid(path, `a PVH entry note pointing at 0x${entry.toString(16)}, not a 32-bit physical address`);
+}
+
+/**
+ * Classifies a kernel image from its bytes. `path` is used in messages only.
+ * The bytes are untrusted: whatever they hold, the answer is a KernelInfo or a
+ * KERNEL_INVALID error, never another exception.
+ */
 export function classifyKernel(buf: Buffer, size: number, path = 'kernel'): KernelInfo {
+  try {
+    return classifyBytes(buf, size, path);
+  } catch (err) {
+    if (err instanceof TorporError) throw err;
+    // A bounds check this parser missed: still the user's file at fault, still a clear refusal.
+    throw invalid(path, `a malformed header (${(err as Error).message})`);
+  }
+}
+
+function classifyBytes(buf: Buffer, size: number, path: string): KernelInfo {
   if (buf.length >= 4 && buf.readUInt32BE(0) === 0x7f454c46) {
     if (buf.length < 64) throw invalid(path, 'truncated ELF header');
     const elfClass = buf[4];
@@ -111,13 +148,17 @@ export function classifyKernel(buf: Buffer, size: number, path = 'kernel'): Kern
       if (machine !== EM_386) throw invalid(path, `a 32-bit ELF file for machine ${machine}`);
       const pvh = findPvhEntry(buf, segments(buf, false));
       if (pvh === undefined) throw invalid(path, 'a 32-bit ELF file without a PVH entry note');
+      checkPvhEntry(pvh, path);
       return { format: 'elf-pvh', size, entry: pvh };
     }
     if (elfClass !== 2) throw invalid(path, `an ELF file of unknown class ${elfClass}`);
     if (machine !== EM_X86_64) throw invalid(path, `an ELF file for machine ${machine}, not x86-64`);
     const segs = segments(buf, true);
     const pvh = findPvhEntry(buf, segs);
-    if (pvh !== undefined) return { format: 'elf-pvh', size, entry: pvh };
+    if (pvh !== undefined) {
+      checkPvhEntry(pvh, path);
+      return { format: 'elf-pvh', size, entry: pvh };
+    }
     // A Linux vmlinux links its loadable segments in the kernel half of the
     // address space; an ordinary static program never does.
     if (!segs.some((s) => s.type === PT_LOAD && s.vaddr >= KERNEL_HALF)) {
@@ -145,18 +186,30 @@ export function classifyKernel(buf: Buffer, size: number, path = 'kernel'): Kern
 export async function inspectKernel(path: string): Promise<KernelInfo> {
   let fh;
   try {
-    fh = await open(path, 'r');
+    // O_NONBLOCK: a FIFO given as the kernel must be refused, not wait forever for a writer.
+    fh = await open(path, constants.O_RDONLY | constants.O_NONBLOCK);
   } catch (err) {
     throw new TorporError('KERNEL_INVALID', `cannot read kernel ${path}: ${(err as Error).message}`, { cause: err });
   }
   try {
-    const { size } = await fh.stat();
+    const st = await fh.stat();
+    if (!st.isFile()) throw invalid(path, 'not a regular file');
+    const size = st.size;
     if (size === 0) throw invalid(path, 'the file is empty');
-    if (size > READ_LIMIT) throw invalid(path, `${size} bytes, larger than any kernel image`);
-    const len = Math.min(size, READ_LIMIT);
-    const buf = Buffer.alloc(len);
-    await fh.read(buf, 0, len, 0);
-    return classifyKernel(buf, size, path);
+    if (size > READ_LIMIT) {
+      throw invalid(path, `${size} bytes, more than the ${READ_LIMIT >> 20} MiB torpor reads (a vmlinux with debug info? strip it: objcopy --strip-debug)`);
+    }
+    const buf = Buffer.alloc(size);
+    let got = 0;
+    while (got < size) {
+      const { bytesRead } = await fh.read(buf, got, size - got, got);
+      if (bytesRead === 0) break; // shrank while we read: classify what is there
+      got += bytesRead;
+    }
+    return classifyKernel(buf.subarray(0, got), size, path);
+  } catch (err) {
+    if (err instanceof TorporError) throw err;
+    throw new TorporError('KERNEL_INVALID', `cannot read kernel ${path}: ${(err as Error).message}`, { cause: err });
   } finally {
     await fh.close();
   }

@@ -1,6 +1,6 @@
 // The kernel phase: our own vmlinux built from guest/kernel/, or a kernel the
 // user supplies (TORPOR_KERNEL / --kernel), checked and copied into the store.
-import { copyFile, readFile, writeFile } from 'node:fs/promises';
+import { copyFile, readFile, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 
 import { TorporError } from '../errors.js';
@@ -38,15 +38,23 @@ export async function builtKernelSpec(onProgress?: ProgressSink): Promise<Artifa
     commandOutput('gcc', ['-dumpfullversion']),
   ]);
   const started = Date.now();
+  const inputs: Record<string, string | Uint8Array> = {
+    'torpor.config': config,
+    'build.sh': script,
+    'verify-config.sh': verify,
+    'linux-source-6.1': sourceVersion,
+    gcc: compiler,
+  };
+  // Another source tarball is another kernel: the package version above says
+  // nothing about it. (Only when set, so the usual key stays what it was.)
+  const tarball = process.env.LINUX_SOURCE_TARBALL;
+  if (tarball) {
+    const st = await stat(tarball).catch(() => undefined);
+    inputs['linux-source-tarball'] = st ? `${tarball} ${st.size} ${st.mtimeMs} ${st.ino}` : `${tarball} missing`;
+  }
   return {
     kind: 'kernel',
-    inputs: {
-      'torpor.config': config,
-      'build.sh': script,
-      'verify-config.sh': verify,
-      'linux-source-6.1': sourceVersion,
-      gcc: compiler,
-    },
+    inputs,
     files: ['vmlinux', 'config'],
     build: async (dir) => {
       let steps = 0;
@@ -97,6 +105,12 @@ export async function suppliedKernel(
         if (known) await inspectKernel(path);
         await copyFile(path, join(dir, name));
         if ((await sha256File(join(dir, name))) !== hash) {
+          throw new TorporError('KERNEL_INVALID', `${path} changed since it was checked; run \`torpor setup --kernel ${path}\` again`);
+        }
+        // Check the copy, not only the source: the source may have been swapped between
+        // its check and its hash, and the copy is what machines will boot.
+        const stored = await inspectKernel(join(dir, name));
+        if (stored.format !== info.format) {
           throw new TorporError('KERNEL_INVALID', `${path} changed since it was checked; run \`torpor setup --kernel ${path}\` again`);
         }
       },

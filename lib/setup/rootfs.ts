@@ -29,11 +29,16 @@ export function imagePackages(script: string): string[] {
 
 /** The host's apt sources files, as build.sh picks them (contents go into the key). */
 async function aptSources(): Promise<string> {
-  if (process.env.APT_SOURCES) return process.env.APT_SOURCES;
-  const files: string[] = ['/etc/apt/sources.list'];
-  const dir = '/etc/apt/sources.list.d';
-  for (const name of (await readdir(dir).catch(() => [] as string[])).sort()) {
-    if (name.endsWith('.list') || name.endsWith('.sources')) files.push(join(dir, name));
+  const files: string[] = [];
+  if (process.env.APT_SOURCES) {
+    // The files build.sh is told to use: their contents, not just their names, decide the image.
+    files.push(...process.env.APT_SOURCES.split(/\s+/).filter(Boolean));
+  } else {
+    files.push('/etc/apt/sources.list');
+    const dir = '/etc/apt/sources.list.d';
+    for (const name of (await readdir(dir).catch(() => [] as string[])).sort()) {
+      if (name.endsWith('.list') || name.endsWith('.sources')) files.push(join(dir, name));
+    }
   }
   const parts: string[] = [];
   for (const f of files) parts.push(`${f}\n${await readFile(f, 'utf8').catch(() => '')}`);

@@ -5,10 +5,12 @@
 // yields a new directory and an unchanged one is found again without building.
 // A build runs in a temporary directory beside its target, under a per-key
 // lock, and is renamed into place only when complete; manifest.json records
-// each file's size, mtime and hashes, checked on every use. A damaged artifact
-// is moved aside and rebuilt, never handed to a VMM.
+// each file's size, mtime and hashes, checked on every use, and the files are
+// made read-only. A damaged artifact (or a directory that lost its manifest)
+// is moved aside and rebuilt as new files, never handed to a VMM; a machine
+// still holding the old files open keeps them (unlinked, not rewritten).
 import { randomBytes } from 'node:crypto';
-import { mkdir, open, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { chmod, lstat, mkdir, open, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 
 import { TorporError } from '../errors.js';
@@ -86,6 +88,18 @@ export function artifactDir(root: string, kind: string, key: string): string {
   return join(root, kind, key.slice(0, 24));
 }
 
+function validRecord(r: unknown): r is FileRecord {
+  const f = r as FileRecord | null | undefined;
+  return (
+    typeof f === 'object' &&
+    f !== null &&
+    Number.isSafeInteger(f.size) &&
+    typeof f.mtimeMs === 'number' &&
+    typeof f.sha256 === 'string' &&
+    typeof f.headHash === 'string'
+  );
+}
+
 export type CheckResult = { ok: true; manifest: Manifest } | { ok: false; reason: string; exists: boolean };
 
 /**
@@ -98,15 +112,29 @@ export async function checkArtifact(dir: string, key: string, files: string[], v
   try {
     manifest = JSON.parse(await readFile(join(dir, MANIFEST), 'utf8')) as Manifest;
   } catch (err) {
-    const exists = (err as NodeJS.ErrnoException).code !== 'ENOENT';
-    return { ok: false, exists, reason: exists ? 'manifest unreadable' : 'not built' };
+    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') return { ok: false, exists: true, reason: 'manifest unreadable' };
+    // No manifest: never built, or a directory whose manifest was lost. The
+    // second must be moved aside before a rebuild can be renamed into its place.
+    const present = await lstat(dir).then(
+      () => true,
+      () => false,
+    );
+    return { ok: false, exists: present, reason: present ? 'manifest missing' : 'not built' };
   }
-  if (manifest.version !== MANIFEST_VERSION || manifest.key !== key || typeof manifest.files !== 'object') {
+  // The manifest is data on disk like any other: check its shape before trusting a field of it.
+  if (
+    typeof manifest !== 'object' ||
+    manifest === null ||
+    manifest.version !== MANIFEST_VERSION ||
+    manifest.key !== key ||
+    typeof manifest.files !== 'object' ||
+    manifest.files === null
+  ) {
     return { ok: false, exists: true, reason: 'manifest does not match this artifact' };
   }
   for (const name of files) {
-    const record = manifest.files[name];
-    if (!record) return { ok: false, exists: true, reason: `${name} not recorded` };
+    const record = Object.hasOwn(manifest.files, name) ? manifest.files[name] : undefined;
+    if (!validRecord(record)) return { ok: false, exists: true, reason: `${name} not recorded` };
     const path = join(dir, name);
     let st;
     try {
@@ -140,6 +168,10 @@ async function fsyncPath(path: string): Promise<void> {
 }
 
 async function recordFile(path: string): Promise<FileRecord> {
+  // Read-only from here on: an artifact is immutable once recorded (a VMM opens
+  // the image O_RDONLY; this also stops a stray writer that is not root).
+  const mode = (await stat(path)).mode & 0o7777;
+  await chmod(path, mode & ~0o222);
   await fsyncPath(path);
   const st = await stat(path);
   return { size: st.size, mtimeMs: st.mtimeMs, sha256: await sha256File(path), headHash: await headHash(path) };
@@ -198,8 +230,39 @@ async function sweepDeadBuilds(kindDir: string): Promise<void> {
   }
 }
 
+/**
+ * A file-system error from the store as a typed error saying what to do: a
+ * store owned by another user (root built it) or a full disk are the usual ones.
+ */
+export function storeError(err: unknown, kindDir: string): unknown {
+  if (err instanceof TorporError) return err;
+  const e = err as NodeJS.ErrnoException;
+  if (e.code === 'EACCES' || e.code === 'EPERM' || e.code === 'EROFS') {
+    return new TorporError(
+      'PERMISSION_DENIED',
+      `cannot write to the torpor store at ${kindDir} (${e.message}). Run as the user who owns it (root, if ` +
+        '`sudo torpor setup` built it), or set TORPOR_HOME to a directory you own.',
+      { cause: err },
+    );
+  }
+  if (e.code === 'ENOSPC' || e.code === 'EDQUOT') {
+    return new TorporError('OUT_OF_SPACE', `no space left for the torpor store at ${kindDir}; free some, or set TORPOR_HOME elsewhere`, {
+      cause: err,
+    });
+  }
+  return err;
+}
+
 /** Returns the artifact for spec, building it (once, across processes) when absent or damaged. */
 export async function ensureArtifact(spec: ArtifactSpec, options: ArtifactOptions): Promise<ArtifactResult> {
+  try {
+    return await ensureArtifactInner(spec, options);
+  } catch (err) {
+    throw storeError(err, join(options.root, spec.kind));
+  }
+}
+
+async function ensureArtifactInner(spec: ArtifactSpec, options: ArtifactOptions): Promise<ArtifactResult> {
   const key = artifactKey(spec.kind, spec.inputs);
   const kindDir = join(options.root, spec.kind);
   const dir = artifactDir(options.root, spec.kind, key);

@@ -74,7 +74,16 @@ export async function acquireLock(path: string, options: LockOptions = {}): Prom
         ),
       );
     });
-    child.on('exit', (code) => finish(new TorporError('IO_ERROR', `cannot lock ${path}: flock exited ${code}: ${stderr.trim()}`)));
+    child.on('exit', (code) => {
+      const denied = /Permission denied|Read-only file system/.test(stderr);
+      finish(
+        new TorporError(
+          denied ? 'PERMISSION_DENIED' : 'IO_ERROR',
+          `cannot lock ${path}: flock exited ${code}: ${stderr.trim()}` +
+            (denied ? '. Run as the user who owns this directory, or set TORPOR_HOME to a directory you own.' : ''),
+        ),
+      );
+    });
   });
 
   // For "waiting for pid N" messages only; the flock is what excludes.
