@@ -16,6 +16,7 @@ import { homeLayout } from '../lib/store/home.js';
 import { imageDir } from '../lib/setup/paths.js';
 import { formatEvent } from '../lib/setup/progress.js';
 import { sha256File } from '../lib/store/hash.js';
+import { needsRootAnd, testUnless } from './skip-unless.js';
 
 /** The stored artifacts, building what is missing; undefined (with the reason printed) where this host cannot. */
 async function artifacts(): Promise<SetupReport | undefined> {
@@ -81,11 +82,7 @@ test('the rootfs is a clean ext4 holding python3, bash and the agent as init', a
   assert.match(packages, /^bash /m);
 });
 
-test('a failed mmdebstrap leaves no mounts and no tree, and the delete never crosses into a bind-mounted host directory', async () => {
-  if (process.getuid?.() !== 0 || spawnSync('mount', ['--version'], { stdio: 'ignore' }).status !== 0) {
-    console.log('  skipped: needs root to mount');
-    return;
-  }
+testUnless('image', needsRootAnd('mount'))('a failed mmdebstrap leaves no mounts and no tree, and the delete never crosses into a bind-mounted host directory', async () => {
   const dir = await mkdtemp(join(tmpdir(), 'torpor-image-fail-'));
   try {
     // The host's precious directory, on the same file system as the build (so --one-file-system cannot see the bind).
@@ -133,11 +130,7 @@ exit 1
   }
 });
 
-test('add-agent.sh needs no root: a user writes the agent into a copy of a read-only base image', async () => {
-  if (process.getuid?.() !== 0 || spawnSync('setpriv', ['--version'], { stdio: 'ignore' }).status !== 0) {
-    console.log('  skipped: needs root and setpriv to run as another user');
-    return;
-  }
+testUnless('image', needsRootAnd('setpriv'))('add-agent.sh needs no root: a user writes the agent into a copy of a read-only base image', async () => {
   const report = await artifacts();
   if (!report) return;
   const dir = await mkdtemp(join(tmpdir(), 'torpor-add-agent-'));

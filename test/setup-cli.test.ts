@@ -13,6 +13,7 @@ import { packageRoot } from '../lib/setup/paths.js';
 import { streamProgress } from '../lib/setup/progress.js';
 import { missingPackages, requireTools } from '../lib/setup/tools.js';
 import { homeLayout } from '../lib/store/home.js';
+import { needsRootAnd, testUnless } from './skip-unless.js';
 
 const bin = join(packageRoot, 'bin', 'torpor.js');
 
@@ -190,11 +191,7 @@ test('a damaged setup.json is ignored, not trusted: setup still runs on its stor
   }
 });
 
-test('a non-root user who would need to build the image is told so before anything builds', async () => {
-  if (process.getuid?.() !== 0 || spawnSync('setpriv', ['--version'], { stdio: 'ignore' }).status !== 0) {
-    console.log('  skipped: needs root and setpriv to run setup as another user');
-    return;
-  }
+testUnless('setup-cli', needsRootAnd('setpriv'))('a non-root user who would need to build the image is told so before anything builds', async () => {
   const dir = await mkdtemp(join(tmpdir(), 'torpor-setup-nonroot-'));
   try {
     await chmod(dir, 0o777);
@@ -215,11 +212,7 @@ test('a non-root user who would need to build the image is told so before anythi
   }
 });
 
-test('a TORPOR_HOME the user cannot write: one line saying what to do, exit 1, no stack trace', async () => {
-  if (process.getuid?.() !== 0 || spawnSync('setpriv', ['--version'], { stdio: 'ignore' }).status !== 0) {
-    console.log('  skipped: needs root and setpriv to run setup as another user');
-    return;
-  }
+testUnless('setup-cli', needsRootAnd('setpriv'))('a TORPOR_HOME the user cannot write: one line saying what to do, exit 1, no stack trace', async () => {
   const dir = await mkdtemp(join(tmpdir(), 'torpor-setup-readonly-'));
   try {
     await chmod(dir, 0o755); // root's, not nobody's

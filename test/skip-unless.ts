@@ -1,4 +1,6 @@
 // The one way a test file says it cannot run on this host.
+import { spawnSync } from 'node:child_process';
+
 import { test } from 'uvu';
 
 /**
@@ -10,4 +12,11 @@ export function testUnless(file: string, reason: string | null): (name: string, 
   if (reason === null) return test;
   console.log(`${file}: skipped, ${reason}`);
   return test.skip;
+}
+
+/** Why a test that needs root and these commands cannot run here, or null. */
+export function needsRootAnd(...commands: string[]): string | null {
+  if (process.getuid?.() !== 0) return 'needs root';
+  const missing = commands.filter((c) => spawnSync(c, ['--version'], { stdio: 'ignore' }).status !== 0);
+  return missing.length ? `needs ${missing.join(' and ')}` : null;
 }

@@ -11,6 +11,7 @@ import * as assert from 'uvu/assert';
 import { TorporError } from '../lib/errors.js';
 import { artifactDir, artifactKey, checkArtifact, ensureArtifact, removeBuildDir, type ArtifactSpec } from '../lib/store/artifact.js';
 import { homeLayout, torporHome } from '../lib/store/home.js';
+import { needsRootAnd, testUnless } from './skip-unless.js';
 
 const artifactModule = pathToFileURL(join(import.meta.dirname, '..', 'lib', 'store', 'artifact.ts')).href;
 
@@ -260,11 +261,7 @@ test('stored files are read-only; a lost or nonsense manifest is detected and th
   }
 });
 
-test('a store the user cannot write gives PERMISSION_DENIED saying what to do', async () => {
-  if (process.getuid?.() !== 0 || spawnSync('setpriv', ['--version'], { stdio: 'ignore' }).status !== 0) {
-    console.log('  skipped: needs root and setpriv to run a builder as another user');
-    return;
-  }
+testUnless('store', needsRootAnd('setpriv'))('a store the user cannot write gives PERMISSION_DENIED saying what to do', async () => {
   const root = await tempRoot();
   try {
     await chmod(root, 0o755); // root-owned, readable by all, writable by root only
