@@ -28,6 +28,13 @@ struct Failure {
   throw Failure{os.str()};
 }
 
+// Said beside the figures the tests print: timings of a sanitizer build are not release timings.
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr const char* kBuildKind = "sanitizer build: slower than release";
+#else
+inline constexpr const char* kBuildKind = "no sanitizers";
+#endif
+
 }  // namespace torpor_test
 
 #define TORPOR_CAT2(a, b) a##b

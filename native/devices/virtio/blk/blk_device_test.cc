@@ -21,12 +21,6 @@ using torpor::virtio_mmio::kConfig;
 
 namespace {
 
-#if defined(__SANITIZE_ADDRESS__)
-constexpr const char* kBuildKind = "sanitizer build: slower than release";
-#else
-constexpr const char* kBuildKind = "no sanitizers";
-#endif
-
 constexpr uint64_t kRings = 0x10000;
 constexpr uint64_t kHdr = 0x30000;
 constexpr uint64_t kData = 0x40000;
@@ -291,7 +285,7 @@ TEST("virtio-blk: bench 4 KiB requests through transport + device (printed, not 
   double flush_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   double rd = bench(kTIn, false, 4096);
   std::printf("  bench: virtio-blk 4 KiB over the overlay file: write %.1f us/req, read %.1f us/req, flush of 16 MiB %.1f ms "
-              "(one request per notify; %s)\n", w, rd, flush_ms, kBuildKind);
+              "(one request per notify; %s)\n", w, rd, flush_ms, torpor_test::kBuildKind);
   CHECK_EQ(*r.ram.mem.read_obj<uint8_t>(kStatus), kSOk);
   std::filesystem::remove_all(dir);
 }

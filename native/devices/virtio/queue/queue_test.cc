@@ -15,12 +15,6 @@ using virtio::Descriptor;
 
 namespace {
 
-#if defined(__SANITIZE_ADDRESS__)
-constexpr const char* kBuildKind = "sanitizer build: slower than release";
-#else
-constexpr const char* kBuildKind = "no sanitizers";
-#endif
-
 constexpr uint64_t kRings = 0x10000;
 constexpr uint64_t kData = 0x40000;
 
@@ -378,6 +372,6 @@ TEST("virtqueue: bench pop + add_used (printed, not asserted)") {
     ns += std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
   }
   std::printf("  bench: virtqueue pop+add_used of a 3-descriptor chain: %.0f ns/op (%ld ops; %s)\n",
-              ns / ops, ops, kBuildKind);
+              ns / ops, ops, torpor_test::kBuildKind);
   CHECK(ops == long{rounds} * static_cast<long>(heads.size()));
 }

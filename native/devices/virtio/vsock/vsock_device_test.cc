@@ -706,7 +706,7 @@ TEST("vsock device: echo round trips through the device (bench)") {
   }
   double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() / rounds;
   std::printf("  bench: vsock echo round trip (host socket -> device -> mock guest -> device -> host socket): %.1f us "
-              "(%d rounds, sanitizer build)\n", us, rounds);
+              "(%d rounds, %s)\n", us, rounds, torpor_test::kBuildKind);
   CHECK(g.stats().rst_sent == 0);
   close(fd);
 }
