@@ -23,6 +23,18 @@ int xioctl(int fd, unsigned long req, unsigned long arg) {
   return r;
 }
 
+// The entries of one of KVM's count-prefixed lists (a u32 count at the start of a
+// `header`-byte header, then the entries), never more than the buffer held.
+template <typename T>
+std::vector<T> counted_entries(const std::vector<uint8_t>& buf, size_t header, uint32_t capacity) {
+  uint32_t got;
+  std::memcpy(&got, buf.data(), 4);
+  if (got > capacity) got = capacity;
+  std::vector<T> out(got);
+  std::memcpy(out.data(), buf.data() + header, got * sizeof(T));
+  return out;
+}
+
 }  // namespace
 
 KvmSystem::KvmSystem(const std::string& path) {
@@ -63,12 +75,7 @@ std::vector<kvm_cpuid_entry2> KvmSystem::supported_cpuid() const {
     std::vector<uint8_t> buf(bytes, 0);
     std::memcpy(buf.data(), &n, 4);
     if (xioctl(fd_.get(), kvm_abi::kGetSupportedCpuid, reinterpret_cast<unsigned long>(buf.data())) == 0) {
-      uint32_t got;
-      std::memcpy(&got, buf.data(), 4);
-      if (got > n) got = n;
-      std::vector<kvm_cpuid_entry2> out(got);
-      std::memcpy(out.data(), buf.data() + kvm_abi::kCpuid2Header, got * sizeof(kvm_cpuid_entry2));
-      return out;
+      return counted_entries<kvm_cpuid_entry2>(buf, kvm_abi::kCpuid2Header, n);
     }
     if (errno != E2BIG) throw_sys_error(code::kKvmUnavailable, "KVM_GET_SUPPORTED_CPUID");
   }
@@ -83,12 +90,7 @@ std::vector<uint32_t> KvmSystem::msr_index_list() const {
   std::vector<uint8_t> buf(kvm_abi::kMsrListHeader + n * sizeof(uint32_t), 0);
   std::memcpy(buf.data(), &n, 4);
   if (xioctl(fd_.get(), kvm_abi::kGetMsrIndexList, reinterpret_cast<unsigned long>(buf.data())) < 0) return {};
-  uint32_t got;
-  std::memcpy(&got, buf.data(), 4);
-  if (got > n) got = n;
-  std::vector<uint32_t> out(got);
-  std::memcpy(out.data(), buf.data() + kvm_abi::kMsrListHeader, got * sizeof(uint32_t));
-  return out;
+  return counted_entries<uint32_t>(buf, kvm_abi::kMsrListHeader, n);
 }
 
 KvmVm::KvmVm(const KvmSystem& sys) {
