@@ -33,7 +33,7 @@ async function skipReason(): Promise<string | null> {
   return null;
 }
 
-const kvmTest = testUnless('sandbox-testvm', await skipReason());
+const kvmTest = testUnless('sandbox-testvm', await skipReason(), 'kvm');
 const kernel = testvmImage()!;
 const ROOTFS_SECTOR = 512;
 

@@ -14,7 +14,7 @@ import { TorporError } from '../lib/errors.js';
 import { bootTestvm, sleep, testvmCommand, testvmSkipReason } from './vmm-guests.js';
 import { testUnless } from './skip-unless.js';
 
-const kvmTest = testUnless('vmm-devices', testvmSkipReason());
+const kvmTest = testUnless('vmm-devices', testvmSkipReason(), 'kvm');
 
 function fnv1a(bytes: Buffer): number {
   let h = 0x811c9dc5;

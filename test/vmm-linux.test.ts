@@ -30,7 +30,7 @@ async function findKernel(): Promise<{ kernel: string } | { reason: string }> {
 }
 
 const found = await findKernel();
-const linuxTest = testUnless('vmm-linux', 'reason' in found ? found.reason : null);
+const linuxTest = testUnless('vmm-linux', 'reason' in found ? found.reason : null, 'linux-guest');
 
 linuxTest('Linux boots on 2 vCPUs to the root mount, panics and resets: stopped/reset', async () => {
   const kernel = (found as { kernel: string }).kernel;
