@@ -204,6 +204,35 @@ testUnless('setup-cli', needsRootAnd('setpriv'), 'root')('a non-root user who wo
   }
 });
 
+testUnless('setup-cli', needsRootAnd('setpriv'), 'root')('everything that stops setup is in one message, in a stable order: missing tools, then missing root', async () => {
+  const dir = await mkdtemp(join(tmpdir(), 'torpor-setup-blockers-'));
+  try {
+    await chmod(dir, 0o777);
+    // PATH names nothing: every tool is missing (but the sbin directories setup always searches).
+    const env: NodeJS.ProcessEnv = { ...process.env, PATH: '/nonexistent', HOME: dir, TORPOR_HOME: join(dir, 'home') };
+    delete env.TORPOR_AGENT;
+    delete env.TORPOR_KERNEL;
+    const setpriv = spawnSync('sh', ['-c', 'command -v setpriv'], { encoding: 'utf8' }).stdout.trim();
+    const r = spawnSync(setpriv, ['--reuid', '65534', '--regid', '65534', '--clear-groups', process.execPath, bin, 'setup'], { encoding: 'utf8', env });
+    assert.is(r.status, 1, r.stderr);
+    const packages = missingPackages(['agent', 'kernel', 'rootfs'], { PATH: '/nonexistent' }).join(' ');
+    const home = join(dir, 'home');
+    assert.is(
+      r.stderr,
+      'torpor: MISSING_TOOLS: setup cannot start on this host, for 2 reasons: ' +
+        '(1) MISSING_TOOLS: torpor setup needs host tools that are not installed (for: agent, kernel, rootfs). ' +
+        `Install them with: apt-get install ${packages} ` +
+        '(2) PERMISSION_DENIED: building the root filesystem needs root (mmdebstrap creates files owned by root; ' +
+        'mkfs.ext4 -d copies ownership as found). Build it once as root into this TORPOR_HOME, then take it back: ' +
+        `sudo env TORPOR_HOME=${home} npx torpor setup && sudo chown -R "$(id -u):$(id -g)" ${home} ` +
+        "(plain `sudo npx torpor setup` would build into root's own home instead). Later runs as you reuse the image.\n",
+    );
+    assert.equal(await readdir(join(home, 'artifacts')), [], 'nothing was built');
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+});
+
 testUnless('setup-cli', needsRootAnd('setpriv'), 'root')('a TORPOR_HOME the user cannot write: one line saying what to do, exit 1, no stack trace', async () => {
   const dir = await mkdtemp(join(tmpdir(), 'torpor-setup-readonly-'));
   try {
