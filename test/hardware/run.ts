@@ -44,6 +44,11 @@ interface FileResult {
 
 const linkFile = promisify(link);
 
+/** The runner's own progress lines (a report of the run, not test output). */
+function say(line: string): void {
+  process.stdout.write(line + '\n');
+}
+
 /** The same file under a second name: a hard link where possible (no copy of 500 MiB), else a copy. */
 async function place(src: string, dest: string): Promise<void> {
   try {
@@ -154,14 +159,14 @@ async function main(): Promise<number> {
   // suite must report itself not runnable there instead.
   if (hardware) env.TORPOR_KERNEL = join(art, 'vmlinux');
   else delete env.TORPOR_KERNEL;
-  console.log(`host: ${'probe' in probed ? probed.probe.hostKind : 'no KVM'}; Linux-guest suite ${linuxRunnable.ok ? 'runnable' : `not runnable here (${linuxRunnable.reason})`}`);
+  say(`host: ${'probe' in probed ? probed.probe.hostKind : 'no KVM'}; Linux-guest suite ${linuxRunnable.ok ? 'runnable' : `not runnable here (${linuxRunnable.reason})`}`);
 
   let seedError: string | undefined;
   try {
     await seedStore(homeLayout(home).artifacts, art);
   } catch (err) {
     seedError = (err as Error).message;
-    console.log(`seeding TORPOR_HOME failed: ${seedError}`);
+    say(`seeding TORPOR_HOME failed: ${seedError}`);
   }
 
   const files: FileResult[] = [];
@@ -195,7 +200,7 @@ async function main(): Promise<number> {
     const reasons = [...new Set(skips.map((k) => `[${k.category}] ${k.reason}`))];
     if (r.timedOut) reasons.push(`killed at the time limit after ${(r.ms / 1000).toFixed(0)} s`);
     files.push({ ...base, status, passed, failed, skipped, total, durationMs: r.ms, exitCode: r.code, reasons });
-    console.log(`${file}: ${status} (${passed}/${total} passed, ${skipped} skipped) in ${(r.ms / 1000).toFixed(1)} s${reasons.length ? ` -- ${reasons.join('; ')}` : ''}`);
+    say(`${file}: ${status} (${passed}/${total} passed, ${skipped} skipped) in ${(r.ms / 1000).toFixed(1)} s${reasons.length ? ` -- ${reasons.join('; ')}` : ''}`);
   }
 
   const linux = files.filter((f) => f.suite === 'linux-guest');
@@ -217,7 +222,7 @@ async function main(): Promise<number> {
     skips: readSkipLog(skipLog),
   };
   writeFileSync(join(results, 'results.json'), JSON.stringify(report, null, 2) + '\n');
-  console.log(`results: ${join(results, 'results.json')} (${ok ? 'ok' : 'NOT ok'}: ${failedFiles.length} file(s) failed, ${linuxSkipped.length} Linux-guest file(s) skipped)`);
+  say(`results: ${join(results, 'results.json')} (${ok ? 'ok' : 'NOT ok'}: ${failedFiles.length} file(s) failed, ${linuxSkipped.length} Linux-guest file(s) skipped)`);
   return ok ? 0 : 1;
 }
 
