@@ -171,9 +171,11 @@ function oneError(blockers: TorporError[]): TorporError {
   );
 }
 
-/** Why ensureArtifacts(options) would refuse to start here (tools, root), or null when it would run. */
+/**
+ * Why ensureArtifacts(options) would refuse to start here (missing tools, missing root: the
+ * same one message), or null when it would run. Reads the store; builds and writes nothing.
+ */
 export async function setupBlocker(options: EnsureArtifactsOptions = {}): Promise<TorporError | null> {
-  if (options.kernel) await inspectKernel(options.kernel);
   const blockers = blockersOf(await planSetup(options));
   return blockers.length ? oneError(blockers) : null;
 }
