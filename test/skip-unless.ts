@@ -28,12 +28,7 @@ export type Registrar = (name: string, fn: TestFn) => void;
 const skipped: SkipRecord[] = [];
 const announced = new Set<string>();
 
-/** Every skip this process registered, in registration order. */
-export function skipsSoFar(): readonly SkipRecord[] {
-  return skipped;
-}
-
-/** The list a log ends with: one line per skipped test, grouped by reason. */
+/** The list a log ends with: one line per skipped test, in registration order, with its category and reason. */
 export function formatSkips(records: readonly SkipRecord[]): string {
   if (records.length === 0) return 'skipped tests: none\n';
   const lines = [`skipped tests: ${records.length}`];
