@@ -11,6 +11,7 @@ import * as assert from 'uvu/assert';
 import { FieldWriter, Fields } from '../lib/agent/fields.js';
 import { encodeFrame, FrameDecoder, type Frame } from '../lib/agent/frame.js';
 import { FLAG_END, FrameType } from '../lib/agent/protocol.js';
+import { testUnless } from './skip-unless.js';
 
 const AGENT = join(process.cwd(), 'guest/agent/out/torpor-agent');
 // Not under /tmp or /run: with --init the agent mounts fresh tmpfs there (in its own
@@ -251,12 +252,13 @@ test('--init in the host namespaces neither mounts nor renames the host', async 
   assert.match(err, /hostname left alone/);
 });
 
-test('--init in namespaces of its own (not PID 1): hostname set, subreaper implied', async () => {
-  const probe = spawnSync('unshare', ['--mount', '--uts', 'true'], { timeout: 5000 });
-  if (probe.status !== 0) {
-    console.log('  skipped: unshare --mount --uts is not permitted on this host (needs root)');
-    return;
-  }
+/** Why `unshare` with these namespaces cannot run here, or null. */
+function unshareSkipReason(args: string[]): string | null {
+  const probe = spawnSync('unshare', [...args, 'true'], { timeout: 5000 });
+  return probe.status === 0 ? null : `unshare ${args.join(' ')} is not permitted on this host (needs root)`;
+}
+
+testUnless('agent-init', unshareSkipReason(['--mount', '--uts']), 'root')('--init in namespaces of its own (not PID 1): hostname set, subreaper implied', async () => {
   const sock = join(WORK, 'nsinit.sock');
   const { child } = await startAndReadLine('unshare', [
     '--mount', '--uts', AGENT, '--init', '--listen', `unix:${sock}`, '--hostname', 'torpor-ns-test', '--quiet',
@@ -273,12 +275,7 @@ test('--init in namespaces of its own (not PID 1): hostname set, subreaper impli
   }
 });
 
-test('init duties as PID 1 of a PID namespace: hostname, reaping, poweroff ends it', async () => {
-  const probe = spawnSync('unshare', ['--fork', '--pid', '--mount', '--uts', '--kill-child', 'true'], { timeout: 5000 });
-  if (probe.status !== 0) {
-    console.log('  skipped: unshare --pid --mount --uts is not permitted on this host (needs root)');
-    return;
-  }
+testUnless('agent-init', unshareSkipReason(['--fork', '--pid', '--mount', '--uts', '--kill-child']), 'root')('init duties as PID 1 of a PID namespace: hostname, reaping, poweroff ends it', async () => {
   const sock = join(WORK, 'init.sock');
   const { child } = await startAndReadLine('unshare', [
     '--fork', '--pid', '--mount', '--uts', '--kill-child',
@@ -326,12 +323,15 @@ function onPath(tool: string): boolean {
   return spawnSync('sh', ['-c', `command -v ${tool}`]).status === 0;
 }
 
-test('the static agent boots as real PID 1 of our kernel (QEMU, TCG): readiness, no errors', async () => {
-  const kernel = ourKernel();
-  if (!kernel || !onPath('qemu-system-x86_64') || !onPath('mkfs.ext4')) {
-    console.log('  skipped: needs our guest kernel (torpor setup), qemu-system-x86_64 and mkfs.ext4');
-    return;
-  }
+const builtKernel = ourKernel();
+const pid1Test = testUnless(
+  'agent-init',
+  !builtKernel ? 'needs our guest kernel (torpor setup)' : ['qemu-system-x86_64', 'mkfs.ext4'].some((t) => !onPath(t)) ? 'needs qemu-system-x86_64 and mkfs.ext4' : null,
+  builtKernel ? 'tools' : 'artifacts',
+);
+
+pid1Test('the static agent boots as real PID 1 of our kernel (QEMU, TCG): readiness, no errors', async () => {
+  const kernel = builtKernel!;
   // A root filesystem holding nothing but the agent as /init.
   const tree = join(WORK, 'rootfs');
   for (const d of ['dev', 'proc', 'sys', 'tmp', 'run']) execFileSync('mkdir', ['-p', join(tree, d)]);

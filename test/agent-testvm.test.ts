@@ -15,7 +15,7 @@ import { bootTestvm, sleep, testvmCommand, testvmImage, testvmSkipReason } from 
 import { testUnless } from './skip-unless.js';
 
 const image = testvmImage();
-const kvmTest = testUnless('agent-testvm', testvmSkipReason());
+const kvmTest = testUnless('agent-testvm', testvmSkipReason(), 'kvm');
 
 kvmTest('HELLO, PING, ECHO over vsock; reconnect after a transport reset; a re-asked id is answered from memory', async () => {
   const m = Machine.create({ kernel: image!, vcpus: 1, memoryMiB: 64, vsockCid: 3 });

@@ -4,6 +4,7 @@ import * as assert from 'uvu/assert';
 
 import { CommandExitError, OutputLimitError, TorporError } from '../lib/errors.js';
 import { hostApi, isRoot, sleep, until, type HostApi } from './agent-harness.js';
+import { testUnless } from './skip-unless.js';
 
 let api: HostApi;
 test.before(async () => {
@@ -43,11 +44,7 @@ test('envs and cwd', async () => {
   assert.is(r.stdout, 'foo value-x=y\n/tmp\n');
 });
 
-test('user: run as nobody', async () => {
-  if (!isRoot) {
-    console.log('  (skipped: the host agent is not root, so it cannot switch users)');
-    return;
-  }
+testUnless('api-commands', isRoot ? null : 'the host agent is not root, so it cannot switch users', 'root')('user: run as nobody', async () => {
   const r = await api.commands.run(['id', '-un'], { user: 'nobody' });
   assert.is(r.stdout.trim(), 'nobody');
   const unknown = await api.commands.run(['true'], { user: 'no-such-user-xyz' }).catch((e) => e);

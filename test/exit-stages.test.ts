@@ -11,7 +11,7 @@ import * as assert from 'uvu/assert';
 import { kvmSkipReason } from './vmm-guests.js';
 import { testUnless } from './skip-unless.js';
 
-const kvmTest = testUnless('exit-stages', kvmSkipReason());
+const kvmTest = testUnless('exit-stages', kvmSkipReason(), 'kvm');
 
 const fixture = fileURLToPath(new URL('./fixtures/exit-stage.ts', import.meta.url));
 const stages = ['created', 'running', 'paused', 'during-pause', 'stopped'] as const;

@@ -5,11 +5,11 @@ import { spawn, spawnSync } from 'node:child_process';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
-import { TorporError } from '../lib/errors.js';
-import { ensureArtifacts, type SetupReport } from '../lib/setup/artifacts.js';
+import { ensureArtifacts } from '../lib/setup/artifacts.js';
 import { builtKernel } from '../lib/setup/kernel.js';
 import { formatEvent } from '../lib/setup/progress.js';
 import { homeLayout } from '../lib/store/home.js';
+import { needsSetup, testUnless } from './skip-unless.js';
 
 const QEMU = 'qemu-system-x86_64';
 /** TCG boots this kernel to the agent in seconds; the bound covers a loaded 2-core CI machine. */
@@ -19,25 +19,11 @@ function haveQemu(): boolean {
   return spawnSync(QEMU, ['--version'], { stdio: 'ignore' }).status === 0;
 }
 
-async function artifacts(): Promise<SetupReport | undefined> {
-  try {
-    return await ensureArtifacts({ onProgress: (e) => e.status !== 'step' && console.log(`  ${formatEvent(e)}`) });
-  } catch (err) {
-    if (err instanceof TorporError && (err.code === 'PERMISSION_DENIED' || err.code === 'MISSING_TOOLS')) {
-      console.log(`  skipped: the guest artifacts cannot be built on this host: ${err.message}`);
-      return undefined;
-    }
-    throw err;
-  }
-}
+const noQemu = haveQemu() ? null : `${QEMU} is not installed (apt-get install qemu-system-x86)`;
+const qemuTest = noQemu ? testUnless('guest-qemu', noQemu, 'tools') : testUnless('guest-qemu', await needsSetup(), 'artifacts');
 
-test('QEMU (TCG) boots our kernel + rootfs to the agent readiness line', async () => {
-  if (!haveQemu()) {
-    console.log(`  skipped: ${QEMU} is not installed (apt-get install qemu-system-x86)`);
-    return;
-  }
-  const report = await artifacts();
-  if (!report) return;
+qemuTest('QEMU (TCG) boots our kernel + rootfs to the agent readiness line', async () => {
+  const report = await ensureArtifacts({ onProgress: (e) => e.status !== 'step' && console.log(`  ${formatEvent(e)}`) });
   // Always our own kernel: a supplied one (TORPOR_KERNEL) is built for some host's PVM, not for QEMU.
   const kernel = report.kernelOrigin === 'built' ? report.kernel : (await builtKernel(homeLayout().artifacts, false)).path;
 

@@ -8,7 +8,6 @@ import { join } from 'node:path';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
-import { TorporError } from '../lib/errors.js';
 import { ensureArtifacts, type SetupReport } from '../lib/setup/artifacts.js';
 import { baseInputs, imagePackages } from '../lib/setup/rootfs.js';
 import { artifactDir, artifactKey } from '../lib/store/artifact.js';
@@ -16,19 +15,11 @@ import { homeLayout } from '../lib/store/home.js';
 import { imageDir } from '../lib/setup/paths.js';
 import { formatEvent } from '../lib/setup/progress.js';
 import { sha256File } from '../lib/store/hash.js';
-import { needsRootAnd, testUnless } from './skip-unless.js';
+import { needsRootAnd, needsSetup, testUnless } from './skip-unless.js';
 
-/** The stored artifacts, building what is missing; undefined (with the reason printed) where this host cannot. */
-async function artifacts(): Promise<SetupReport | undefined> {
-  try {
-    return await ensureArtifacts({ onProgress: (e) => e.status !== 'step' && console.log(`  ${formatEvent(e)}`) });
-  } catch (err) {
-    if (err instanceof TorporError && (err.code === 'PERMISSION_DENIED' || err.code === 'MISSING_TOOLS')) {
-      console.log(`  skipped: cannot build the root filesystem on this host: ${err.message}`);
-      return undefined;
-    }
-    throw err;
-  }
+/** The stored artifacts, building what is missing (only where needsSetup() found nothing in the way). */
+function artifacts(): Promise<SetupReport> {
+  return ensureArtifacts({ onProgress: (e) => e.status !== 'step' && console.log(`  ${formatEvent(e)}`) });
 }
 
 function debugfs(image: string, request: string): string {
@@ -43,9 +34,8 @@ test('the package list is parsed from build.sh (so key and script agree)', async
   }
 });
 
-test('the rootfs is a clean ext4 holding python3, bash and the agent as init', async () => {
+testUnless('image', await needsSetup(), 'artifacts')('the rootfs is a clean ext4 holding python3, bash and the agent as init', async () => {
   const report = await artifacts();
-  if (!report) return;
   const image = report.rootfs;
 
   const fsck = spawnSync('e2fsck', ['-fn', image], { encoding: 'utf8' });
@@ -82,7 +72,7 @@ test('the rootfs is a clean ext4 holding python3, bash and the agent as init', a
   assert.match(packages, /^bash /m);
 });
 
-testUnless('image', needsRootAnd('mount'))('a failed mmdebstrap leaves no mounts and no tree, and the delete never crosses into a bind-mounted host directory', async () => {
+testUnless('image', needsRootAnd('mount'), 'root')('a failed mmdebstrap leaves no mounts and no tree, and the delete never crosses into a bind-mounted host directory', async () => {
   const dir = await mkdtemp(join(tmpdir(), 'torpor-image-fail-'));
   try {
     // The host's precious directory, on the same file system as the build (so --one-file-system cannot see the bind).
@@ -130,7 +120,7 @@ exit 1
   }
 });
 
-testUnless('image', needsRootAnd('setpriv'))('add-agent.sh needs no root: a user writes the agent into a copy of a read-only base image', async () => {
+testUnless('image', needsRootAnd('setpriv'), 'root')('add-agent.sh needs no root: a user writes the agent into a copy of a read-only base image', async () => {
   const report = await artifacts();
   if (!report) return;
   const dir = await mkdtemp(join(tmpdir(), 'torpor-add-agent-'));

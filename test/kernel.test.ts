@@ -16,8 +16,9 @@ import { artifactKey } from '../lib/store/artifact.js';
 import { classifyKernel, inspectKernel } from '../lib/setup/kernel-format.js';
 import { kernelDir } from '../lib/setup/paths.js';
 import { formatEvent } from '../lib/setup/progress.js';
-import { requireTools } from '../lib/setup/tools.js';
+import { toolsError } from '../lib/setup/tools.js';
 import { homeLayout } from '../lib/store/home.js';
+import { testUnless } from './skip-unless.js';
 
 /** A minimal bzImage setup header (Documentation/x86/boot.rst). */
 function bzImageHeader(protocol: number, xloadflags: number): Buffer {
@@ -264,13 +265,7 @@ test('a bad TORPOR_KERNEL is refused before anything is built', async () => {
   }
 });
 
-test('our kernel: a vmlinux with the PVH entry note, built from the verified config', async () => {
-  try {
-    requireTools(['kernel']);
-  } catch (err) {
-    console.log(`  skipped building our kernel: ${(err as Error).message}`);
-    return;
-  }
+testUnless('kernel', toolsError(['kernel'])?.message ?? null, 'tools')('our kernel: a vmlinux with the PVH entry note, built from the verified config', async () => {
   const root = homeLayout().artifacts;
   const started = Date.now();
   const kernel = await builtKernel(root, false, (e) => {

@@ -8,7 +8,7 @@ import { formatProbe, probeHost, tryProbeHost } from '../lib/host/probe.js';
 import { kvmSkipReason } from './vmm-guests.js';
 import { testUnless } from './skip-unless.js';
 
-const withKvm = testUnless('probe (KVM tests)', kvmSkipReason());
+const withKvm = testUnless('probe', kvmSkipReason(), 'kvm');
 
 withKvm('reports API version 12, the host kind and the capabilities torpor needs', () => {
   const p = probeHost();

@@ -1,6 +1,6 @@
 // The API through a real Linux guest over vsock. Runs only where a Linux guest can boot (a
 // hardware-virtualization host with the kernel set up, or TORPOR_KERNEL on a PVM host);
-// elsewhere it prints why it was skipped and passes.
+// elsewhere its tests are registered as skipped, category linux-guest, with the reason.
 import { createHash, randomBytes } from 'node:crypto';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
@@ -9,7 +9,7 @@ import { Sandbox, linuxGuestSupport } from '../lib/sandbox/sandbox.js';
 import { testUnless } from './skip-unless.js';
 
 const support = await linuxGuestSupport();
-const maybe = testUnless('sandbox-linux', support.ok ? null : `this host cannot boot a Linux guest: ${support.reason}`);
+const maybe = testUnless('sandbox-linux', support.ok ? null : `this host cannot boot a Linux guest: ${support.reason}`, 'linux-guest');
 
 maybe('uname, python3 arithmetic and a file round trip in one sandbox', async () => {
   await using sbx = await Sandbox.create({ boot: { timeoutMs: 120_000 } });

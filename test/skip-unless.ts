@@ -1,22 +1,109 @@
-// The one way a test file says it cannot run on this host.
+// The one way a test says it cannot run on this host. Every skip is counted by
+// uvu as skipped, says why where it is registered, is listed again when the
+// process exits (so a run's log ends with what did not run), and is appended to
+// $TORPOR_SKIP_LOG (one JSON object per line) for CI and the test harnesses,
+// which must be able to tell, e.g., that no Linux-guest test was skipped.
 import { spawnSync } from 'node:child_process';
+import { appendFileSync, existsSync, readFileSync, writeSync } from 'node:fs';
 
 import { test } from 'uvu';
 
 /**
- * uvu's `test` where this host can run a file's tests; otherwise a registrar that
- * marks them skipped, after printing once why (the only tests allowed not to run
- * are those the host cannot run, and they say so).
+ * Why a test could not run, by kind: `linux-guest` marks a test that boots a
+ * Linux guest under our VMM (the suite the nested and hardware hosts exist to
+ * run; a harness on such a host asserts there are none of these).
  */
-export function testUnless(file: string, reason: string | null): (name: string, fn: () => void | Promise<void>) => void {
+export type SkipCategory = 'linux-guest' | 'kvm' | 'root' | 'tools' | 'artifacts' | 'host';
+
+export interface SkipRecord {
+  file: string;
+  test: string;
+  category: SkipCategory;
+  reason: string;
+}
+
+type TestFn = () => void | Promise<void>;
+export type Registrar = (name: string, fn: TestFn) => void;
+
+const skipped: SkipRecord[] = [];
+const announced = new Set<string>();
+
+/** The list a log ends with: one line per skipped test, in registration order, with its category and reason. */
+export function formatSkips(records: readonly SkipRecord[]): string {
+  if (records.length === 0) return 'skipped tests: none\n';
+  const lines = [`skipped tests: ${records.length}`];
+  for (const r of records) lines.push(`  [${r.category}] ${r.file}: ${r.test} -- ${r.reason}`);
+  return lines.join('\n') + '\n';
+}
+
+/** The records in a $TORPOR_SKIP_LOG file (a missing log: nothing was skipped, or nothing ran). */
+export function readSkipLog(path: string): SkipRecord[] {
+  if (!existsSync(path)) return [];
+  return readFileSync(path, 'utf8')
+    .split('\n')
+    .filter((line) => line.trim() !== '')
+    .map((line) => JSON.parse(line) as SkipRecord);
+}
+
+process.on('exit', () => {
+  // Synchronous: the event loop is over. Only when something was skipped, so a run
+  // where everything ran ends with uvu's own summary.
+  if (skipped.length) writeSync(1, '\n' + formatSkips(skipped));
+});
+
+function record(entry: SkipRecord): void {
+  skipped.push(entry);
+  const key = `${entry.file}\0${entry.reason}`;
+  if (!announced.has(key)) {
+    announced.add(key);
+    console.log(`${entry.file}: skipped [${entry.category}], ${entry.reason}`);
+  }
+  const log = process.env.TORPOR_SKIP_LOG;
+  if (log) appendFileSync(log, JSON.stringify(entry) + '\n');
+}
+
+/**
+ * uvu's `test` where this host can run the tests registered through it (reason
+ * null); otherwise a registrar that marks each of them skipped and records why.
+ * Call it once per file, or once per condition when only some tests depend on
+ * the host (`const rootTest = testUnless('store', needsRoot(), 'root')`).
+ */
+export function testUnless(file: string, reason: string | null, category: SkipCategory = 'host'): Registrar {
   if (reason === null) return test;
-  console.log(`${file}: skipped, ${reason}`);
-  return test.skip;
+  return (name: string) => {
+    record({ file, test: name, category, reason });
+    test.skip(name, () => {});
+  };
+}
+
+/** Why a test that needs root cannot run here, or null. */
+export function needsRoot(): string | null {
+  return process.getuid?.() === 0 ? null : 'needs root';
+}
+
+/** Whether each command answers `--version` (i.e. is installed and runs). */
+function missingCommands(commands: string[]): string[] {
+  return commands.filter((c) => spawnSync(c, ['--version'], { stdio: 'ignore' }).status !== 0);
+}
+
+/** Why a test that needs these commands cannot run here, or null. */
+export function needsCommands(...commands: string[]): string | null {
+  const missing = missingCommands(commands);
+  return missing.length ? `needs ${missing.join(' and ')}` : null;
 }
 
 /** Why a test that needs root and these commands cannot run here, or null. */
 export function needsRootAnd(...commands: string[]): string | null {
-  if (process.getuid?.() !== 0) return 'needs root';
-  const missing = commands.filter((c) => spawnSync(c, ['--version'], { stdio: 'ignore' }).status !== 0);
-  return missing.length ? `needs ${missing.join(' and ')}` : null;
+  return needsRoot() ?? needsCommands(...commands);
+}
+
+/**
+ * Why `torpor setup` cannot build what is missing in the store on this host
+ * (missing tools, missing root: setup's own message), or null when it can (or
+ * when everything is already stored).
+ */
+export async function needsSetup(): Promise<string | null> {
+  const { setupBlocker } = await import('../lib/setup/artifacts.js');
+  const blocker = await setupBlocker();
+  return blocker ? `setup cannot complete on this host: ${blocker.code}: ${blocker.message}` : null;
 }

@@ -2,6 +2,7 @@
 // detection and rebuild, no half-written artifacts after a failed build.
 import { spawn, spawnSync } from 'node:child_process';
 import { appendFile, chmod, mkdir, mkdtemp, open, readdir, readFile, rm, stat, truncate, utimes, writeFile } from 'node:fs/promises';
+import { mkdtempSync, rmdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -11,7 +12,7 @@ import * as assert from 'uvu/assert';
 import { TorporError } from '../lib/errors.js';
 import { artifactDir, artifactKey, checkArtifact, ensureArtifact, removeBuildDir, type ArtifactSpec } from '../lib/store/artifact.js';
 import { homeLayout, torporHome } from '../lib/store/home.js';
-import { needsRootAnd, testUnless } from './skip-unless.js';
+import { needsRoot, needsRootAnd, testUnless } from './skip-unless.js';
 
 const artifactModule = pathToFileURL(join(import.meta.dirname, '..', 'lib', 'store', 'artifact.ts')).href;
 
@@ -261,7 +262,7 @@ test('stored files are read-only; a lost or nonsense manifest is detected and th
   }
 });
 
-testUnless('store', needsRootAnd('setpriv'))('a store the user cannot write gives PERMISSION_DENIED saying what to do', async () => {
+testUnless('store', needsRootAnd('setpriv'), 'root')('a store the user cannot write gives PERMISSION_DENIED saying what to do', async () => {
   const root = await tempRoot();
   try {
     await chmod(root, 0o755); // root-owned, readable by all, writable by root only
@@ -283,21 +284,28 @@ testUnless('store', needsRootAnd('setpriv'))('a store the user cannot write give
   }
 });
 
-test('a build directory with something mounted inside is never deleted recursively', async () => {
-  if (process.getuid?.() !== 0) {
-    console.log('  skipped: mounting a tmpfs needs root');
-    return;
+/** Why a tmpfs cannot be mounted here (not root, or no CAP_SYS_ADMIN in a container), or null. */
+function tmpfsSkipReason(): string | null {
+  const noRoot = needsRoot();
+  if (noRoot) return `mounting a tmpfs ${noRoot}`;
+  const probe = mkdtempSync(join(tmpdir(), 'torpor-mount-probe-'));
+  try {
+    if (spawnSync('mount', ['-t', 'tmpfs', 'none', probe]).status !== 0) return 'cannot mount a tmpfs here';
+    spawnSync('umount', [probe]);
+    return null;
+  } finally {
+    rmdirSync(probe);
   }
+}
+
+testUnless('store', tmpfsSkipReason(), 'root')('a build directory with something mounted inside is never deleted recursively', async () => {
   const root = await tempRoot();
   const dir = join(root, '.tmp-abc-1-x');
   const inner = join(dir, 'tree', 'proc');
   await mkdir(inner, { recursive: true });
   const mounted = spawnSync('mount', ['-t', 'tmpfs', 'none', inner]).status === 0;
   try {
-    if (!mounted) {
-      console.log('  skipped: cannot mount a tmpfs here');
-      return;
-    }
+    assert.ok(mounted, 'mount -t tmpfs');
     await writeFile(join(inner, 'precious'), 'host data');
     const err = await removeBuildDir(dir).catch((e: unknown) => e);
     assert.is((err as TorporError).code, 'SETUP_FAILED');

@@ -10,6 +10,8 @@ import { fileURLToPath } from 'node:url';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
+import { needsCommands, testUnless } from './skip-unless.js';
+
 const QEMU = 'qemu-system-x86_64';
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 const TESTVM = join(ROOT, 'guest/testvm/out/testvm.elf');
@@ -116,7 +118,8 @@ function microvm(append: string, extra: string[] = []): Guest {
   ]);
 }
 
-const skip = !haveQemu() ? `${QEMU} is not installed (apt-get install qemu-system-x86)` : undefined;
+const skip = !haveQemu() ? `${QEMU} is not installed (apt-get install qemu-system-x86)` : null;
+const qemuTest = testUnless('testvm-qemu', skip, 'tools');
 
 test.before(() => {
   if (skip) return;
@@ -124,8 +127,7 @@ test.before(() => {
   assert.is(r.status, 0, 'make -C guest/testvm');
 });
 
-test('testvm boots: banner first, then the boot line', async () => {
-  if (skip) return console.log(`  skipped: ${skip}`);
+qemuTest('testvm boots: banner first, then the boot line', async () => {
   const g = microvm('quiet testvm.run=echo:hello:from:cmdline');
   try {
     await g.waitFor('torpor-testvm ready');
@@ -145,8 +147,7 @@ test('testvm boots: banner first, then the boot line', async () => {
   }
 });
 
-test('testvm counts, tags pages and takes a LAPIC timer interrupt', async () => {
-  if (skip) return console.log(`  skipped: ${skip}`);
+qemuTest('testvm counts, tags pages and takes a LAPIC timer interrupt', async () => {
   const g = microvm('x');
   try {
     await g.waitFor('boot=');
@@ -176,8 +177,7 @@ test('testvm counts, tags pages and takes a LAPIC timer interrupt', async () => 
   }
 });
 
-test('testvm drives virtio-blk and virtio-rng (modern virtio-mmio)', async () => {
-  if (skip) return console.log(`  skipped: ${skip}`);
+qemuTest('testvm drives virtio-blk and virtio-rng (modern virtio-mmio)', async () => {
   const dir = mkdtempSync(join(tmpdir(), 'testvm-'));
   const disk = join(dir, 'disk.img');
   const image = Buffer.alloc(1 << 20);
@@ -213,8 +213,7 @@ test('testvm drives virtio-blk and virtio-rng (modern virtio-mmio)', async () =>
   }
 });
 
-test('testvm starts an application processor (INIT-SIPI-SIPI, real-mode trampoline)', async () => {
-  if (skip) return console.log(`  skipped: ${skip}`);
+qemuTest('testvm starts an application processor (INIT-SIPI-SIPI, real-mode trampoline)', async () => {
   const g = microvm('x', ['-smp', '2']);
   try {
     await g.waitFor('boot=');
@@ -231,8 +230,7 @@ test('testvm starts an application processor (INIT-SIPI-SIPI, real-mode trampoli
   }
 });
 
-test('testvm drivers on the host: vsock and the protocol responder against a fake device', () => {
-  if (spawnSync('cc', ['--version'], { stdio: 'ignore' }).status !== 0) return console.log('  skipped: no C compiler');
+testUnless('testvm-qemu', needsCommands('cc'), 'tools')('testvm drivers on the host: vsock and the protocol responder against a fake device', () => {
   // built with ASan/UBSan; the same sources as the guest's (test/fake_device.c plays the device)
   const r = spawnSync('make', ['-s', '-C', join(ROOT, 'guest/testvm'), 'test'], { encoding: 'utf8' });
   if (r.status !== 0) console.log(r.stdout, r.stderr);
@@ -240,8 +238,7 @@ test('testvm drivers on the host: vsock and the protocol responder against a fak
   assert.match(r.stdout, /vsock_test: all passed/);
 });
 
-test('testvm ends the machine: i8042 reset and triple fault', async () => {
-  if (skip) return console.log(`  skipped: ${skip}`);
+qemuTest('testvm ends the machine: i8042 reset and triple fault', async () => {
   for (const cmd of ['reset', 'triple']) {
     // -no-reboot: QEMU exits on a reset request and on a triple fault (shutdown)
     const g = microvm('x', ['-device', 'i8042']);

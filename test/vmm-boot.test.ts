@@ -25,7 +25,7 @@ import {
 } from './vmm-guests.js';
 import { testUnless } from './skip-unless.js';
 
-const kvmTest = testUnless('vmm-boot', kvmSkipReason());
+const kvmTest = testUnless('vmm-boot', kvmSkipReason(), 'kvm');
 
 const pvh = writeTemp('pvh.elf', pvhElf32());
 

@@ -14,7 +14,7 @@ import { TorporError } from '../lib/errors.js';
 import { bootTestvm, sleep, testvmCommand, testvmSkipReason } from './vmm-guests.js';
 import { testUnless } from './skip-unless.js';
 
-const kvmTest = testUnless('vmm-devices', testvmSkipReason());
+const kvmTest = testUnless('vmm-devices', testvmSkipReason(), 'kvm');
 
 function fnv1a(bytes: Buffer): number {
   let h = 0x811c9dc5;
@@ -32,7 +32,7 @@ kvmTest('virtio-blk: reads see the base, writes land in the overlay only, and pe
   writeFileSync(base, baseBytes);
   const baseHash = sha(base);
 
-  const m = await bootTestvm({ disks: [{ base, overlay, serial: 'torpor-disk0' }] });
+  await using m = await bootTestvm({ disks: [{ base, overlay, serial: 'torpor-disk0' }] });
   assert.match(await testvmCommand(m, 'blk', 'blk'), /^blk=ok capacity=2048 read_only=0/);
   const read = await testvmCommand(m, 'blk-read 3 2', 'blk-read');
   const expected = baseBytes.subarray(3 * 512, 5 * 512);
@@ -48,7 +48,7 @@ kvmTest('virtio-blk: reads see the base, writes land in the overlay only, and pe
   assert.ok(existsSync(overlay) && statSync(overlay).size > 0, 'the overlay holds nothing');
 
   // A new machine over the same base and overlay sees the written sectors.
-  const again = await bootTestvm({ disks: [{ base, overlay }] });
+  await using again = await bootTestvm({ disks: [{ base, overlay }] });
   assert.match(await testvmCommand(again, 'blk-verify 16 0x1234abcd 4', 'blk-verify'), /^blk-verify=ok/);
   const untouched = await testvmCommand(again, 'blk-read 3 1', 'blk-read');
   assert.match(untouched, new RegExp(`fnv=0x0*${fnv1a(baseBytes.subarray(3 * 512, 4 * 512)).toString(16)} `));
@@ -56,12 +56,11 @@ kvmTest('virtio-blk: reads see the base, writes land in the overlay only, and pe
 });
 
 kvmTest('virtio-rng: the guest reads host randomness', async () => {
-  const m = await bootTestvm({ rng: true });
+  await using m = await bootTestvm({ rng: true });
   const a = await testvmCommand(m, 'rng 32', 'rng');
   const b = await testvmCommand(m, 'rng 32', 'rng');
   assert.match(a, /^rng=[0-9a-f]{64} len=32$/);
   assert.is.not(a, b);
-  await m.stop();
 });
 
 function readExactly(sock: net.Socket, n: number, timeoutMs = 20_000): Promise<Buffer> {
@@ -97,56 +96,64 @@ function readExactly(sock: net.Socket, n: number, timeoutMs = 20_000): Promise<B
 }
 
 kvmTest('virtio-vsock: echo, 1000 round trips, 4 MiB with flow control, reset and reconnect, RST for unknown ports', async () => {
+  // A failed step must not leak the machine or its sockets: either would keep Node alive after the run.
   const m = await bootTestvm({ vsockCid: 3 });
-  const s = await m.vsockConnect(7);
-  s.write('hello vsock');
-  assert.is((await readExactly(s, 11)).toString(), 'hello vsock');
-
-  const t0 = performance.now();
-  for (let i = 0; i < 1000; i++) {
-    const msg = Buffer.from(`ping-${i}`);
-    s.write(msg);
-    assert.is((await readExactly(s, msg.length)).toString(), msg.toString());
-  }
-  const rtUs = ((performance.now() - t0) * 1000) / 1000;
-
-  const big = randomBytes(4 << 20);
-  const t1 = performance.now();
-  const back = readExactly(s, big.length, 120_000);
-  s.write(big);
-  const echoed = await back;
-  const mibs = 4 / ((performance.now() - t1) / 1000);
-  assert.ok(echoed.equals(big), '4 MiB echo differs');
-  console.log(`  vmm-devices: vsock echo round trip ${rtUs.toFixed(0)} us, 4 MiB echoed at ${mibs.toFixed(1)} MiB/s`);
-
-  const closed = new Promise<void>((resolve) => s.once('close', () => resolve()));
-  s.on('error', () => undefined);
-  m.vsockReset();
-  await closed;
-  // The guest re-posts its event buffer after the reset; connect until it listens again.
-  let s2: net.Socket | undefined;
-  for (let i = 0; i < 50 && !s2; i++) {
-    try {
-      s2 = await m.vsockConnect(7, 2000);
-    } catch {
-      await sleep(20);
-    }
-  }
-  assert.ok(s2, 'no reconnect after the transport reset');
-  s2!.write('after reset');
-  assert.is((await readExactly(s2!, 11)).toString(), 'after reset');
-  s2!.destroy();
-
+  const sockets: net.Socket[] = [];
   try {
-    await m.vsockConnect(9, 2000);
-    assert.unreachable('connected to a port nobody listens on');
-  } catch (err) {
-    assert.instance(err, TorporError);
-    assert.is((err as TorporError).code, 'VSOCK_REFUSED');
+    const s = await m.vsockConnect(7);
+    sockets.push(s);
+    s.write('hello vsock');
+    assert.is((await readExactly(s, 11)).toString(), 'hello vsock');
+
+    const t0 = performance.now();
+    for (let i = 0; i < 1000; i++) {
+      const msg = Buffer.from(`ping-${i}`);
+      s.write(msg);
+      assert.is((await readExactly(s, msg.length)).toString(), msg.toString());
+    }
+    const rtUs = ((performance.now() - t0) * 1000) / 1000;
+
+    const big = randomBytes(4 << 20);
+    const t1 = performance.now();
+    const back = readExactly(s, big.length, 120_000);
+    s.write(big);
+    const echoed = await back;
+    const mibs = 4 / ((performance.now() - t1) / 1000);
+    assert.ok(echoed.equals(big), '4 MiB echo differs');
+    console.log(`  vmm-devices: vsock echo round trip ${rtUs.toFixed(0)} us, 4 MiB echoed at ${mibs.toFixed(1)} MiB/s`);
+
+    const closed = new Promise<void>((resolve) => s.once('close', () => resolve()));
+    s.on('error', () => undefined);
+    m.vsockReset();
+    await closed;
+    // The guest re-posts its event buffer after the reset; connect until it listens again.
+    let s2: net.Socket | undefined;
+    for (let i = 0; i < 50 && !s2; i++) {
+      try {
+        s2 = await m.vsockConnect(7, 2000);
+        sockets.push(s2);
+      } catch {
+        await sleep(20);
+      }
+    }
+    assert.ok(s2, 'no reconnect after the transport reset');
+    s2!.write('after reset');
+    assert.is((await readExactly(s2!, 11)).toString(), 'after reset');
+    s2!.destroy();
+
+    try {
+      await m.vsockConnect(9, 2000);
+      assert.unreachable('connected to a port nobody listens on');
+    } catch (err) {
+      assert.instance(err, TorporError);
+      assert.is((err as TorporError).code, 'VSOCK_REFUSED');
+    }
+    s.destroy();
+    assert.match(await testvmCommand(m, 'vsock', 'vsock'), /transport_resets=1/);
+  } finally {
+    for (const sock of sockets) sock.destroy();
+    await m.stop();
   }
-  s.destroy();
-  assert.match(await testvmCommand(m, 'vsock', 'vsock'), /transport_resets=1/);
-  await m.stop();
 });
 
 test.run();

@@ -197,8 +197,13 @@ export async function bootTestvm(opts: Partial<MachineOptions> = {}): Promise<Ma
   const image = testvmImage();
   if (!image) throw new Error('guest/testvm/out/testvm.elf is not built');
   const m = Machine.create({ kernel: image, vcpus: 1, memoryMiB: 64, ...opts });
-  await m.start();
-  await m.waitForConsole(/boot=ok[^\n]*\n/, 10_000);
+  try {
+    await m.start();
+    await m.waitForConsole(/boot=ok[^\n]*\n/, 10_000);
+  } catch (err) {
+    await m.stop(); // a machine that never booted is not left running
+    throw err;
+  }
   return m;
 }
 

@@ -12,7 +12,7 @@ import { Machine } from '../lib/vm/machine.js';
 import { COUNTER_GPA, PVH_BANNER, kvmSkipReason, pvhElf32, writeTemp } from './vmm-guests.js';
 import { testUnless } from './skip-unless.js';
 
-const kvmTest = testUnless('vmm-lifecycle', kvmSkipReason());
+const kvmTest = testUnless('vmm-lifecycle', kvmSkipReason(), 'kvm');
 
 const pvh = writeTemp('pvh.elf', pvhElf32());
 

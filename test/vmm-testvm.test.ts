@@ -1,6 +1,6 @@
 // The VMM with guest/testvm (the project's own PVH test kernel): serial in and
 // out, the counter under pause/resume, memory patterns seen by the host, reset
-// and triple fault, SMP and the MP table. Skipped (with a message) where the
+// and triple fault, SMP and the MP table. Skipped (through test/skip-unless.ts) where the
 // test guest is not built or /dev/kvm is missing.
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
@@ -10,7 +10,7 @@ import { bootTestvm, sleep, testvmCommand, testvmImage, testvmSkipReason } from 
 import { testUnless } from './skip-unless.js';
 
 const image = testvmImage();
-const kvmTest = testUnless('vmm-testvm', testvmSkipReason());
+const kvmTest = testUnless('vmm-testvm', testvmSkipReason(), 'kvm');
 
 const STATUS = 0x100000;
 const COUNTER = STATUS + 0x08;

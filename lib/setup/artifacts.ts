@@ -12,7 +12,7 @@ import { builtKernel, builtKernelSpec, suppliedKernel, type KernelArtifact } fro
 import { inspectKernel, type KernelFormat } from './kernel-format.js';
 import type { PhaseName, ProgressSink } from './progress.js';
 import { baseIsCached, ensureRootfs } from './rootfs.js';
-import { requireTools } from './tools.js';
+import { toolsError } from './tools.js';
 
 export interface EnsureArtifactsOptions {
   /** Torpor home (default torporHome()). */
@@ -104,30 +104,30 @@ async function isCached(root: string, kind: string, inputs: Record<string, strin
   return (await checkArtifact(artifactDir(root, kind, key), key, files, verify)).ok;
 }
 
-export async function ensureArtifacts(options: EnsureArtifactsOptions = {}): Promise<SetupReport> {
+/** What ensureArtifacts decided before building anything: what is stored, what must be built. */
+interface SetupPlan {
+  layout: ReturnType<typeof homeLayout>;
+  root: string;
+  verify: boolean;
+  record: SetupRecord;
+  explicitKernel: string | undefined;
+  supplied: string | undefined;
+  prebuiltAgent: string | undefined;
+  kernelSpec: Awaited<ReturnType<typeof builtKernelSpec>> | undefined;
+  /** Phases whose artifacts are missing (the agent is always checked: it is cheap). */
+  needed: PhaseName[];
+  baseCached: boolean;
+}
+
+/** Reads the store; builds and writes nothing (a --own-kernel is applied to the plan only). */
+async function planSetup(options: EnsureArtifactsOptions, progress?: ProgressSink): Promise<SetupPlan> {
   const layout = homeLayout(options.home ?? torporHome());
   const root = layout.artifacts;
   const verify = options.verify ?? false;
-  const progress = options.onProgress;
-  await mkdir(root, { recursive: true }).catch((err: unknown) => {
-    throw storeError(err, root);
-  });
-
-  const host = detectHost();
   const record = await readRecord(layout.setupRecord);
-  if (options.forgetKernel && record.kernel) {
-    delete record.kernel;
-    await writeRecord(layout.setupRecord, record);
-  }
   const explicitKernel = options.kernel ?? process.env.TORPOR_KERNEL;
-  const supplied = explicitKernel ?? record.kernel?.source;
+  const supplied = explicitKernel ?? (options.forgetKernel ? undefined : record.kernel?.source);
   const prebuiltAgent = options.agent ?? process.env.TORPOR_AGENT;
-  // A bad kernel is refused before anything else starts building.
-  if (explicitKernel) await inspectKernel(explicitKernel);
-
-  // Decide up front which phases must build, so a host missing tools hears
-  // about all of them in one message. (Adding a changed agent to the image
-  // needs only debugfs, checked with the agent phase.)
   const needed: PhaseName[] = [];
   const kernelSpec = supplied ? undefined : await builtKernelSpec(progress);
   if (kernelSpec && !(await isCached(root, kernelSpec.kind, kernelSpec.inputs, kernelSpec.files, verify))) {
@@ -135,16 +135,73 @@ export async function ensureArtifacts(options: EnsureArtifactsOptions = {}): Pro
   }
   const baseCached = await baseIsCached(root, verify);
   if (!baseCached) needed.push('rootfs');
-  requireTools(prebuiltAgent ? needed : ['agent', ...needed]);
-  // Fail before a five-minute kernel build, not after it.
-  if (!baseCached && !isRoot()) {
-    throw new TorporError(
-      'PERMISSION_DENIED',
-      'building the root filesystem needs root (mmdebstrap creates files owned by root; mkfs.ext4 -d copies ' +
-        `ownership as found). Build it once as root into this TORPOR_HOME, then take it back: ` +
-        `sudo env TORPOR_HOME=${layout.root} npx torpor setup && sudo chown -R "$(id -u):$(id -g)" ${layout.root} ` +
-        "(plain `sudo npx torpor setup` would build into root's own home instead). Later runs as you reuse the image.",
+  return { layout, root, verify, record, explicitKernel, supplied, prebuiltAgent, kernelSpec, needed, baseCached };
+}
+
+/**
+ * Everything that stops setup on this host before it builds, in a stable order:
+ * missing tools (MISSING_TOOLS, every package named), then missing root
+ * (PERMISSION_DENIED, with the command that works). Empty when nothing does.
+ */
+function blockersOf(plan: SetupPlan): TorporError[] {
+  const blockers: TorporError[] = [];
+  const missing = toolsError(plan.prebuiltAgent ? plan.needed : ['agent', ...plan.needed]);
+  if (missing) blockers.push(missing);
+  if (!plan.baseCached && !isRoot()) {
+    blockers.push(
+      new TorporError(
+        'PERMISSION_DENIED',
+        'building the root filesystem needs root (mmdebstrap creates files owned by root; mkfs.ext4 -d copies ' +
+          `ownership as found). Build it once as root into this TORPOR_HOME, then take it back: ` +
+          `sudo env TORPOR_HOME=${plan.layout.root} npx torpor setup && sudo chown -R "$(id -u):$(id -g)" ${plan.layout.root} ` +
+          "(plain `sudo npx torpor setup` would build into root's own home instead). Later runs as you reuse the image.",
+      ),
     );
+  }
+  return blockers;
+}
+
+/** One error for all blockers: the first one's code, each one's code and message in order. */
+function oneError(blockers: TorporError[]): TorporError {
+  if (blockers.length === 1) return blockers[0]!;
+  return new TorporError(
+    blockers[0]!.code,
+    `setup cannot start on this host, for ${blockers.length} reasons: ` +
+      blockers.map((b, i) => `(${i + 1}) ${b.code}: ${b.message}`).join(' '),
+  );
+}
+
+/**
+ * Why ensureArtifacts(options) would refuse to start here (missing tools, missing root: the
+ * same one message), or null when it would run. Reads the store; builds and writes nothing.
+ */
+export async function setupBlocker(options: EnsureArtifactsOptions = {}): Promise<TorporError | null> {
+  const blockers = blockersOf(await planSetup(options));
+  return blockers.length ? oneError(blockers) : null;
+}
+
+export async function ensureArtifacts(options: EnsureArtifactsOptions = {}): Promise<SetupReport> {
+  const progress = options.onProgress;
+  const layout = homeLayout(options.home ?? torporHome());
+  await mkdir(layout.artifacts, { recursive: true }).catch((err: unknown) => {
+    throw storeError(err, layout.artifacts);
+  });
+
+  const host = detectHost();
+  // A bad kernel is refused before anything else starts building.
+  const explicit = options.kernel ?? process.env.TORPOR_KERNEL;
+  if (explicit) await inspectKernel(explicit);
+
+  // Decide up front which phases must build, so a host missing tools or root hears
+  // about all of it in one message, before a five-minute kernel build. (Adding a
+  // changed agent to the image needs only debugfs, checked with the agent phase.)
+  const plan = await planSetup(options, progress);
+  const { root, verify, record, explicitKernel, supplied, prebuiltAgent, kernelSpec } = plan;
+  const blockers = blockersOf(plan);
+  if (blockers.length) throw oneError(blockers);
+  if (options.forgetKernel && record.kernel) {
+    delete record.kernel;
+    await writeRecord(layout.setupRecord, record);
   }
 
   const built: PhaseName[] = [];

@@ -71,13 +71,19 @@ export function missingPackages(phases: PhaseName[], env: NodeJS.ProcessEnv = pr
   return [...missing].sort();
 }
 
-/** Throws one MISSING_TOOLS error naming every package to install. */
-export function requireTools(phases: PhaseName[], env: NodeJS.ProcessEnv = process.env): void {
+/** One MISSING_TOOLS error naming every package to install for these phases, or null when nothing is missing. */
+export function toolsError(phases: PhaseName[], env: NodeJS.ProcessEnv = process.env): TorporError | null {
   const missing = missingPackages(phases, env);
-  if (missing.length === 0) return;
-  throw new TorporError(
+  if (missing.length === 0) return null;
+  return new TorporError(
     'MISSING_TOOLS',
     `torpor setup needs host tools that are not installed (for: ${phases.join(', ')}). ` +
       `Install them with: apt-get install ${missing.join(' ')}`,
   );
+}
+
+/** Throws one MISSING_TOOLS error naming every package to install. */
+export function requireTools(phases: PhaseName[], env: NodeJS.ProcessEnv = process.env): void {
+  const err = toolsError(phases, env);
+  if (err) throw err;
 }

@@ -283,7 +283,29 @@ static int handle_packet(struct rx_buf *b, uint32_t written) {
         c->fwd_cnt += responder_process(r);
         return 0;
       }
-      b->len = h->len;
+      /* Small packets must not pin the receive queue: a window of 64 KiB in
+       * 100-byte packets would hold every buffer, and then the host has none
+       * left for the CREDIT_UPDATE that would let us echo and free them (a
+       * deadlock: the echo stalls for ever). So fill the room left in the last
+       * held buffer first and keep this one only for what does not fit, moved
+       * to its front: every held buffer but the last is then full, and the
+       * window pins at most 64 KiB / 4 KiB + 2 = 18 of the 32 buffers. */
+      uint32_t len = h->len, moved = 0;
+      if (c->echo_tail >= 0) {
+        struct rx_buf *t = &rx_bufs[c->echo_tail];
+        uint32_t room = RX_DATA - t->len; /* past what tx packets in flight point at */
+        moved = len < room ? len : room;
+        memcpy(t->data + t->len, b->data, moved);
+        t->len += moved;
+        len -= moved;
+      }
+      if (len == 0) return 0; /* all of it joined the last buffer: this one goes back */
+      /* Forward, byte by byte: overlap-safe. Only when something moved: this
+       * guest's code runs slowly on a PVM host (measured there: a 4 KiB byte
+       * loop per packet made a 1 MiB echo take 11 s instead of 0.3 s). */
+      if (moved)
+        for (uint32_t i = 0; i < len; i++) b->data[i] = b->data[moved + i];
+      b->len = len;
       b->off = 0;
       b->queued = 1;
       b->next = -1;

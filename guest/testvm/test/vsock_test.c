@@ -405,6 +405,44 @@ static void test_window_violation(void) {
   CHECK(fake_available(0) == 32, "every receive buffer back in the queue (%d)", fake_available(0));
 }
 
+/* The host's credit is shut while it sends small packets (legal: well inside the
+ * guest's 64 KiB window). A guest that holds one receive buffer per packet runs out
+ * of them, and the host's CREDIT_UPDATE that would unblock the echo has no buffer to
+ * arrive in: both sides wait for ever. The guest must keep buffers posted. */
+static void test_small_packets_keep_rx_buffers(void) {
+  printf("small packets under a shut host window leave receive buffers posted\n");
+  struct host_conn *c = host_connect(5007, 7, 0);
+  CHECK(c->connected, "connected");
+  const uint32_t sizes[] = {100, 1500, 7, 4096, 1, 3000};
+  static uint8_t data[60 * 1024];
+  size_t sent = 0;
+  for (int i = 0; sent < sizeof data; i++) {
+    uint32_t n = sizes[i % 6];
+    if (n > sizeof data - sent) n = (uint32_t)(sizeof data - sent);
+    for (uint32_t k = 0; k < n; k++) data[sent + k] = (uint8_t)((sent + k) * 13 + i);
+    if (!fake_available(0)) break; /* host_send would fail: counted below */
+    host_send(c, OP_RW, data + sent, n, 0);
+    sent += n;
+    run(1);
+  }
+  CHECK(sent == sizeof data, "the guest ran out of receive buffers after %zu of %zu bytes", sent, sizeof data);
+  CHECK(!c->reset, "no reset: every packet was inside the window");
+  CHECK(fake_available(0) >= 32 - 18, "receive buffers still posted: %d", fake_available(0));
+  CHECK(c->received_len == 0, "nothing echoed into a shut window");
+  /* The host opens its window: the update arrives, the echo runs, buffers come back. */
+  c->buf_alloc = 1 << 20;
+  host_send(c, OP_CREDIT_UPDATE, 0, 0, 0);
+  for (int round = 0; round < 1000 && c->received_len < sent; round++) {
+    run(1);
+    host_consume(c);
+  }
+  CHECK(c->received_len == sent && memcmp(c->received, data, sent) == 0, "echoed %zu of %zu bytes, in order", c->received_len, sent);
+  host_send(c, OP_RST, 0, 0, 0);
+  run(2);
+  host_forget(c);
+  CHECK(fake_available(0) == 32, "every receive buffer back in the queue (%d)", fake_available(0));
+}
+
 int main(void) {
   fake_init(19, (1ull << 32) | (1ull << 29));
   uint64_t cid = GUEST_CID;
@@ -421,6 +459,7 @@ int main(void) {
   test_agent_protocol();
   test_transport_reset();
   test_window_violation();
+  test_small_packets_keep_rx_buffers();
 
   vsock_report();
   CHECK(strstr(last_result_line(), "bad_packets=0") != 0, "no bad packets");
