@@ -4,7 +4,8 @@
 // on the nested host (npm run test:linux -- node --import tsx test/nested/vsock-stress.ts)
 // or on a hardware host.
 //
-//   STRESS_SECONDS (default 300), STRESS_VCPUS (2), STRESS_MIB (50 per file), STRESS_MEMORY_MIB (512)
+//   STRESS_SECONDS (default 300), STRESS_VCPUS (2), STRESS_MIB (50 per file), STRESS_MEMORY_MIB (512),
+//   STRESS_PARALLEL (2: round trips in flight at once, so both vCPUs and the vsock queues stay busy)
 //
 // Prints one line per round and a JSON summary; exits 1 at the first failure,
 // after printing the machine's state, exit reason, stats and console tail.
@@ -17,6 +18,7 @@ const seconds = Number(process.env.STRESS_SECONDS ?? 300);
 const vcpus = Number(process.env.STRESS_VCPUS ?? 2);
 const mib = Number(process.env.STRESS_MIB ?? 50);
 const memoryMiB = Number(process.env.STRESS_MEMORY_MIB ?? 512);
+const parallel = Number(process.env.STRESS_PARALLEL ?? 2);
 
 const sha = (b: Uint8Array): string => createHash('sha256').update(b).digest('hex');
 
@@ -25,7 +27,7 @@ const elapsed = (): string => `${((performance.now() - t0) / 1000).toFixed(1)} s
 const sbx = await Sandbox.create({ vcpus, memoryMiB, boot: { timeoutMs: 180_000 } });
 // The machine behind the sandbox, for the failure report only.
 const machine = (sbx as unknown as { machine: Machine }).machine;
-console.log(`stress: sandbox up at ${elapsed()} (${vcpus} vCPUs, ${memoryMiB} MiB), ${mib} MiB per round trip for ${seconds} s`);
+console.log(`stress: sandbox up at ${elapsed()} (${vcpus} vCPUs, ${memoryMiB} MiB), ${parallel} x ${mib} MiB round trips at once for ${seconds} s`);
 
 let rounds = 0;
 let bytes = 0;
@@ -33,15 +35,21 @@ let failure: string | undefined;
 const deadline = performance.now() + seconds * 1000;
 try {
   while (performance.now() < deadline) {
-    const data = randomBytes(mib << 20);
     const r0 = performance.now();
-    await sbx.files.write('/tmp/blob', data);
-    const back = await sbx.files.read('/tmp/blob', { format: 'bytes' });
-    if (back.length !== data.length || sha(back) !== sha(data)) throw new Error(`round ${rounds}: the file came back different (${back.length} bytes)`);
-    const py = await sbx.commands.run(['python3', '-c', `import hashlib;print(hashlib.sha256(open('/tmp/blob','rb').read()).hexdigest())`]);
-    if (py.stdout.trim() !== sha(data)) throw new Error(`round ${rounds}: the guest hashed ${py.stdout.trim()}`);
+    const lengths = await Promise.all(
+      Array.from({ length: parallel }, async (_, lane) => {
+        const data = randomBytes(mib << 20);
+        const path = `/tmp/blob${lane}`;
+        await sbx.files.write(path, data);
+        const back = await sbx.files.read(path, { format: 'bytes' });
+        if (back.length !== data.length || sha(back) !== sha(data)) throw new Error(`round ${rounds} lane ${lane}: the file came back different (${back.length} bytes)`);
+        const py = await sbx.commands.run(['python3', '-c', `import hashlib;print(hashlib.sha256(open('${path}','rb').read()).hexdigest())`]);
+        if (py.stdout.trim() !== sha(data)) throw new Error(`round ${rounds} lane ${lane}: the guest hashed ${py.stdout.trim()}`);
+        return data.length;
+      }),
+    );
     rounds++;
-    bytes += 2 * data.length;
+    bytes += 2 * lengths.reduce((a, b) => a + b, 0);
     console.log(`stress: round ${rounds} ok in ${((performance.now() - r0) / 1000).toFixed(1)} s (at ${elapsed()})`);
   }
 } catch (err) {
@@ -53,5 +61,5 @@ try {
 } finally {
   await sbx.kill().catch(() => undefined);
 }
-console.log(JSON.stringify({ stress: failure ? 'failed' : 'passed', vcpus, mib, rounds, mibMoved: bytes / 2 ** 20, seconds: (performance.now() - t0) / 1000, failure }));
+console.log(JSON.stringify({ stress: failure ? 'failed' : 'passed', vcpus, mib, parallel, rounds, mibMoved: bytes / 2 ** 20, seconds: (performance.now() - t0) / 1000, failure }));
 process.exit(failure ? 1 : 0);
