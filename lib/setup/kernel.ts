@@ -1,6 +1,7 @@
 // The kernel phase: our own vmlinux built from guest/kernel/, or a kernel the
 // user supplies (TORPOR_KERNEL / --kernel), checked and copied into the store.
-import { copyFile, readFile, stat, writeFile } from 'node:fs/promises';
+import { copyFile, mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
 import { TorporError } from '../errors.js';
@@ -28,14 +29,48 @@ export interface KernelArtifact {
   artifact: ArtifactResult;
 }
 
-/** The key inputs and build of our own kernel. */
-export async function builtKernelSpec(onProgress?: ProgressSink): Promise<ArtifactSpec> {
-  const [config, script, verify, sourceVersion, compiler] = await Promise.all([
+/**
+ * Another kernel built by the same machinery from torpor.config plus a fragment
+ * (the nested test host's L1 kernel: test/nested/l1.config). A symbol the
+ * fragment sets replaces its line in torpor.config, so verify-config.sh checks
+ * the merged file and every requested option must survive.
+ */
+export interface KernelVariant {
+  /** artifacts/<kind>/ (e.g. kernel-l1). */
+  kind: string;
+  /** Path of the extra fragment. */
+  fragment: string;
+  /** For messages: 'the nested host's L1 kernel'. */
+  what: string;
+  /** Wrap build.sh (e.g. ['nice', '-n', '10']) to keep a shared machine usable. */
+  wrapper?: string[];
+}
+
+const CONFIG_SYMBOL = /^(?:(CONFIG_[A-Za-z0-9_]+)=|# (CONFIG_[A-Za-z0-9_]+) is not set$)/;
+
+/** torpor.config with the fragment's symbols replaced by the fragment's lines. */
+export function mergeKernelFragments(base: string, extra: string): string {
+  const symbol = (line: string): string | undefined => {
+    const m = CONFIG_SYMBOL.exec(line);
+    return m ? (m[1] ?? m[2]) : undefined;
+  };
+  const overridden = new Set(extra.split('\n').map(symbol).filter((s): s is string => s !== undefined));
+  const kept = base.split('\n').filter((line) => {
+    const s = symbol(line);
+    return s === undefined || !overridden.has(s);
+  });
+  return `${kept.join('\n')}\n${extra}`;
+}
+
+/** The key inputs and build of our own kernel (or of a variant of it). */
+export async function builtKernelSpec(onProgress?: ProgressSink, variant?: KernelVariant): Promise<ArtifactSpec> {
+  const [config, script, verify, sourceVersion, compiler, fragment] = await Promise.all([
     readFile(join(kernelDir, 'torpor.config')),
     readFile(join(kernelDir, 'build.sh')),
     readFile(join(kernelDir, 'verify-config.sh')),
     debianVersion('linux-source-6.1'),
     commandOutput('gcc', ['-dumpfullversion']),
+    variant ? readFile(variant.fragment) : undefined,
   ]);
   const started = Date.now();
   const inputs: Record<string, string | Uint8Array> = {
@@ -45,6 +80,8 @@ export async function builtKernelSpec(onProgress?: ProgressSink): Promise<Artifa
     'linux-source-6.1': sourceVersion,
     gcc: compiler,
   };
+  // Only for a variant, so the guest kernel's key stays what it was.
+  if (fragment) inputs.fragment = fragment;
   // Another source tarball is another kernel: the package version above says
   // nothing about it. (Only when set, so the usual key stays what it was.)
   const tarball = process.env.LINUX_SOURCE_TARBALL;
@@ -52,31 +89,49 @@ export async function builtKernelSpec(onProgress?: ProgressSink): Promise<Artifa
     const st = await stat(tarball).catch(() => undefined);
     inputs['linux-source-tarball'] = st ? `${tarball} ${st.size} ${st.mtimeMs} ${st.ino}` : `${tarball} missing`;
   }
+  const what = variant?.what ?? 'the guest kernel';
   return {
-    kind: 'kernel',
+    kind: variant?.kind ?? 'kernel',
     inputs,
     files: ['vmlinux', 'config'],
     build: async (dir) => {
       let steps = 0;
       const log: string[] = [];
-      onProgress?.({ phase: 'kernel', status: 'start', message: `building Linux ${sourceVersion} (several minutes)`, elapsedMs: 0 });
-      await runScript(join(kernelDir, 'build.sh'), [dir], {
-        what: 'building the guest kernel',
-        env: { ...process.env, LINUX_SOURCE_TARBALL: process.env.LINUX_SOURCE_TARBALL ?? LINUX_SOURCE_TARBALL },
-        log: (line) => log.push(line),
-        onLine: (line) => {
-          const phase = /^phase: (\S+)/.exec(line);
-          if (/^\s+(CC|AS|LD|AR)\s/.test(line)) steps++;
-          else if (!phase) return;
-          onProgress?.({
-            phase: 'kernel',
-            status: 'step',
-            percent: Math.min(99, (steps * 100) / EXPECTED_BUILD_STEPS),
-            message: phase ? phase[1] : 'compile',
-            elapsedMs: Date.now() - started,
-          });
-        },
-      });
+      onProgress?.({ phase: 'kernel', status: 'start', message: `building ${what}: Linux ${sourceVersion} (several minutes)`, elapsedMs: 0 });
+      // build.sh applies the torpor.config beside it: a variant gets a staged
+      // copy of the scripts with the merged fragment under that name.
+      let scriptDir = kernelDir;
+      let staged: string | undefined;
+      if (fragment) {
+        staged = await mkdtemp(join(tmpdir(), `torpor-${variant!.kind}-`));
+        await writeFile(join(staged, 'build.sh'), script, { mode: 0o755 });
+        await writeFile(join(staged, 'verify-config.sh'), verify, { mode: 0o755 });
+        await writeFile(join(staged, 'torpor.config'), mergeKernelFragments(config.toString(), fragment.toString()));
+        scriptDir = staged;
+      }
+      const wrapper = variant?.wrapper ?? [];
+      const command = [...wrapper, join(scriptDir, 'build.sh'), dir];
+      try {
+        await runScript(command[0]!, command.slice(1), {
+          what: `building ${what}`,
+          env: { ...process.env, LINUX_SOURCE_TARBALL: process.env.LINUX_SOURCE_TARBALL ?? LINUX_SOURCE_TARBALL },
+          log: (line) => log.push(line),
+          onLine: (line) => {
+            const phase = /^phase: (\S+)/.exec(line);
+            if (/^\s+(CC|AS|LD|AR)\s/.test(line)) steps++;
+            else if (!phase) return;
+            onProgress?.({
+              phase: 'kernel',
+              status: 'step',
+              percent: Math.min(99, (steps * 100) / EXPECTED_BUILD_STEPS),
+              message: phase ? phase[1] : 'compile',
+              elapsedMs: Date.now() - started,
+            });
+          },
+        });
+      } finally {
+        if (staged) await rm(staged, { recursive: true, force: true });
+      }
       await writeFile(join(dir, 'build.log'), log.join('\n') + '\n');
     },
   };

@@ -1,0 +1,285 @@
+// The nested-KVM test host: runs a command inside "L1", a Linux that QEMU's
+// emulator boots with an emulated AMD CPU with SVM and nested paging, where
+// /dev/kvm is a hardware-virtualization KVM. So the Linux-guest tests run on a
+// host whose own /dev/kvm cannot boot Linux (a PVM host) and in CI.
+//
+//   npm run test:linux                 the Linux suite (test/nested/suite.ts)
+//   npm run test:linux -- <command>    any shell command, run in the checkout
+//
+// L1's root is the host's root, read-only over 9p; the checkout is shared
+// writable at the same path; TORPOR_HOME is copied into a tmpfs inside. The
+// command's output (with L1's console) is printed live; the exit status is the
+// command's, or one of the codes below when the nested host itself failed.
+// Details, traps and timings: docs/nested.md.
+import { spawn, spawnSync } from 'node:child_process';
+import { existsSync, mkdtempSync, openSync, readFileSync, readSync, closeSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, relative } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+import { ensureArtifacts } from '../../lib/setup/artifacts.js';
+import { streamProgress } from '../../lib/setup/progress.js';
+import { homeLayout, torporHome } from '../../lib/store/home.js';
+import { ensureL1Kernel } from './l1-kernel.js';
+
+/** Exit codes for failures of the nested host (not of the command). */
+export const NESTED_EXIT = {
+  /** L1 never reached userspace, panicked, or ended without writing a status. */
+  l1Failed: 70,
+  /** L1 runs but has no /dev/kvm, or torpor doctor there does not see a hardware-virtualization host. */
+  noHardwareKvm: 71,
+  /** The whole run took longer than NESTED_TIMEOUT_S: L1 was killed. */
+  timeout: 72,
+  /** Could not start: QEMU missing or refusing its options, the L1 kernel or the guest artifacts not buildable. */
+  setup: 73,
+} as const;
+
+const checkout = fileURLToPath(new URL('../..', import.meta.url)).replace(/\/$/, '');
+const SUITE = 'node --import tsx test/nested/suite.ts';
+
+function envNumber(name: string, fallback: number): number {
+  const v = process.env[name];
+  if (v === undefined || v === '') return fallback;
+  const n = Number(v);
+  if (!Number.isFinite(n) || n <= 0) fail(NESTED_EXIT.setup, `${name}=${v} is not a positive number`);
+  return n;
+}
+
+function fail(code: number, message: string): never {
+  process.stderr.write(`\nnested: ${message}\n`);
+  process.exit(code);
+}
+
+/** The host TSC's frequency in kHz: TCG's guest TSC ticks at the host's rate. */
+function hostTscKhz(): number {
+  const m = /^cpu MHz\s*:\s*([\d.]+)/m.exec(readFileSync('/proc/cpuinfo', 'utf8'));
+  if (!m) fail(NESTED_EXIT.setup, 'cannot read the CPU frequency from /proc/cpuinfo');
+  return Math.round(Number(m[1]) * 1000);
+}
+
+const shellQuote = (s: string): string => `'${s.replaceAll("'", `'\\''`)}'`;
+
+/** The store's complete artifacts (those with a manifest), relative to TORPOR_HOME; not the L1 kernel. */
+function homePaths(home: string): string[] {
+  const layout = homeLayout(home);
+  const out: string[] = [];
+  if (existsSync(layout.setupRecord)) out.push('setup.json');
+  for (const kind of readdirSync(layout.artifacts, { withFileTypes: true })) {
+    if (!kind.isDirectory() || kind.name === 'kernel-l1') continue;
+    for (const entry of readdirSync(join(layout.artifacts, kind.name), { withFileTypes: true })) {
+      const dir = join(layout.artifacts, kind.name, entry.name);
+      if (entry.isDirectory() && !entry.name.startsWith('.') && existsSync(join(dir, 'manifest.json'))) out.push(relative(home, dir));
+    }
+  }
+  return out;
+}
+
+/** Follows a growing file (QEMU's serial log), line by line, until stopped. */
+function follow(path: string, onLine: (line: string) => void): { stop: () => void } {
+  let fd = -1;
+  let partial = '';
+  const buf = Buffer.alloc(1 << 16);
+  const poll = (): void => {
+    if (fd < 0) {
+      if (!existsSync(path)) return;
+      fd = openSync(path, 'r');
+    }
+    for (;;) {
+      const n = readSync(fd, buf, 0, buf.length, null);
+      if (n <= 0) break;
+      partial += buf.toString('utf8', 0, n);
+      const lines = partial.split('\n');
+      partial = lines.pop()!;
+      for (const line of lines) onLine(line.replace(/\r$/, ''));
+    }
+  };
+  const timer = setInterval(poll, 100);
+  return {
+    stop: () => {
+      clearInterval(timer);
+      poll();
+      if (partial) onLine(partial);
+      if (fd >= 0) closeSync(fd);
+    },
+  };
+}
+
+async function main(): Promise<number> {
+  const args = process.argv.slice(2);
+  const command = args.length ? args.join(' ') : SUITE;
+  const timeoutS = envNumber('NESTED_TIMEOUT_S', 25 * 60);
+  const bootTimeoutS = envNumber('NESTED_BOOT_TIMEOUT_S', 180);
+  const smp = envNumber('NESTED_SMP', 2);
+  const memoryMiB = envNumber('NESTED_MEMORY_MIB', 6144);
+  const tcg = process.env.NESTED_TCG ?? 'multi';
+  if (tcg !== 'multi' && tcg !== 'single') fail(NESTED_EXIT.setup, `NESTED_TCG=${tcg}: multi or single`);
+
+  const qemu = 'qemu-system-x86_64';
+  if (spawnSync(qemu, ['--version'], { stdio: 'ignore' }).status !== 0) {
+    fail(NESTED_EXIT.setup, `${qemu} not found: apt-get install qemu-system-x86`);
+  }
+  const t0 = performance.now();
+  const since = (): string => `${((performance.now() - t0) / 1000).toFixed(1)} s`;
+
+  let l1;
+  let home;
+  try {
+    l1 = await ensureL1Kernel();
+    process.stderr.write(`nested: L1 kernel ${l1.path} (${l1.built ? `built in ${(l1.buildMs / 1000).toFixed(0)} s` : 'cached'})\n`);
+    // The guest artifacts the tests boot, built on the host (inside L1 a build would run emulated).
+    home = torporHome();
+    await ensureArtifacts({ onProgress: streamProgress(process.stderr) });
+  } catch (err) {
+    fail(NESTED_EXIT.setup, `preparing the nested host failed: ${(err as Error).message}`);
+  }
+  const make = spawnSync('make', ['-s', '-C', join(checkout, 'guest', 'testvm')], { stdio: 'inherit' });
+  if (make.status !== 0) fail(NESTED_EXIT.setup, 'building the test guest (make -C guest/testvm) failed');
+  if (!process.env.TORPOR_ADDON && !existsSync(join(checkout, 'build', 'Release', 'torpor.node'))) {
+    fail(NESTED_EXIT.setup, 'the native addon is not built in this checkout (npm ci, or npx node-gyp rebuild)');
+  }
+
+  const run = mkdtempSync(join(tmpdir(), 'torpor-nested-'));
+  const log = join(run, 'console.log');
+  writeFileSync(join(run, 'command'), command + '\n');
+  writeFileSync(join(run, 'home-paths'), homePaths(home).join('\n') + '\n');
+  const env: Record<string, string> = { TORPOR_HOME: '/tmp/torpor-home', TORPOR_NESTED: '1', NESTED_STARTED_MS: String(Date.now()) };
+  for (const name of ['CI', 'TORPOR_ADDON', 'NO_COLOR', 'FORCE_COLOR', 'TERM']) {
+    if (process.env[name] !== undefined) env[name] = process.env[name]!;
+  }
+  writeFileSync(join(run, 'env'), Object.entries(env).map(([k, v]) => `export ${k}=${shellQuote(v)}\n`).join(''));
+
+  const cmdline = [
+    'console=ttyS0',
+    'root=hostroot rootfstype=9p rootflags=trans=virtio,version=9p2000.L,msize=262144,cache=loose ro',
+    `init=${join(checkout, 'test', 'nested', 'l1-init.sh')}`,
+    // Under load L1's TSC calibration against the PIT can fail (tsc_khz = 0), after
+    // which its KVM never enters a guest: give it the frequency (docs/nested.md).
+    `tsc_early_khz=${hostTscKhz()} tsc=reliable`,
+    // An L1 kernel problem ends L1 at once instead of hanging until the timeout.
+    'oops=panic panic=1 reboot=t',
+    `nested.checkout=${checkout}`,
+    `hostdate=${Math.floor(Date.now() / 1000)}`,
+  ].join(' ');
+  const fsdev = (id: string, path: string, readonly: boolean): string[] => [
+    // multidevs=remap: without it the host's many filesystems collide in inode
+    // numbers over 9p, and L1's /proc shows the host's procfs.
+    '-fsdev',
+    `local,id=${id},path=${path},security_model=none,multidevs=remap${readonly ? ',readonly=on' : ''}`,
+    '-device',
+    `virtio-9p-device,fsdev=${id},mount_tag=${id}`,
+  ];
+  const qemuArgs = [
+    '-accel', `tcg,thread=${tcg},tb-size=512`,
+    '-M', 'microvm,acpi=off',
+    '-cpu', 'max,vendor=AuthenticAMD,+svm,+npt',
+    '-m', `${memoryMiB}M`,
+    '-smp', String(smp),
+    '-display', 'none', '-monitor', 'none', '-no-reboot',
+    '-serial', `file:${log}`,
+    '-kernel', l1.path,
+    '-append', cmdline,
+    ...fsdev('hostroot', '/', true),
+    ...fsdev('checkout', checkout, false),
+    ...fsdev('run', run, false),
+    ...fsdev('torporhome', home, true),
+  ];
+  process.stderr.write(`nested: booting L1 (TCG ${tcg}-threaded, ${smp} vCPUs, ${memoryMiB} MiB); console log ${log}; timeout ${timeoutS} s\n`);
+  process.stderr.write(`nested: running: ${command}\n`);
+
+  // Live output: L1's boot messages are kept for a failure report, not printed;
+  // from userspace on, everything is (kernel warnings included).
+  const bootLines: string[] = [];
+  const tail: string[] = [];
+  let userspaceAt: string | undefined;
+  let markerStatus: string | undefined;
+  let panic: string | undefined;
+  let ignoredMsrs = 0;
+  const follower = follow(log, (line) => {
+    tail.push(line);
+    if (tail.length > 60) tail.shift();
+    if (/Kernel panic|BUG:|Oops|triple fault/.test(line) && !panic) panic = line;
+    // L1's KVM logs this once per Linux guest (it probes AMD K7 perf-counter MSRs): harmless noise.
+    if (/Unhandled WRMSR\(0xc0010007\)|unhandled wrmsr: 0xc0010007/i.test(line)) {
+      ignoredMsrs++;
+      return;
+    }
+    const marker = /^nested: (?:userspace at|exit status (\S+))/.exec(line);
+    if (marker && !userspaceAt) userspaceAt = since();
+    if (marker?.[1] !== undefined) markerStatus = marker[1];
+    if (!userspaceAt) {
+      bootLines.push(line);
+      if (panic) process.stdout.write(line + '\n');
+      return;
+    }
+    process.stdout.write(line + '\n');
+  });
+
+  const child = spawn(qemu, qemuArgs, { stdio: ['ignore', 'pipe', 'pipe'] });
+  let qemuOutput = '';
+  child.stdout.on('data', (d: Buffer) => (qemuOutput += d.toString()));
+  child.stderr.on('data', (d: Buffer) => (qemuOutput += d.toString()));
+  let killedFor: 'timeout' | 'boot' | undefined;
+  const kill = (why: 'timeout' | 'boot'): void => {
+    killedFor ??= why;
+    child.kill('SIGKILL');
+  };
+  const overall = setTimeout(() => kill('timeout'), timeoutS * 1000);
+  const boot = setTimeout(() => {
+    if (!userspaceAt) kill('boot');
+  }, bootTimeoutS * 1000);
+  // Ctrl-C or a CI cancel: never leave an emulated machine running.
+  for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
+    process.on(sig, () => {
+      child.kill('SIGKILL');
+      process.stderr.write(`\nnested: ${sig}: L1 killed\n`);
+      process.exit(130);
+    });
+  }
+  const exit = await new Promise<{ code: number | null; signal: NodeJS.Signals | null; error?: Error }>((resolve) => {
+    child.on('error', (error) => resolve({ code: null, signal: null, error }));
+    child.on('close', (code, signal) => resolve({ code, signal }));
+  });
+  clearTimeout(overall);
+  clearTimeout(boot);
+  follower.stop();
+
+  const statusFile = join(run, 'status');
+  const status = existsSync(statusFile) ? readFileSync(statusFile, 'utf8').trim() : markerStatus;
+  const summary = `L1 to userspace ${userspaceAt ?? 'never'}, whole run ${since()}` + (ignoredMsrs ? `, ${ignoredMsrs} ignored-MSR notes hidden` : '');
+  const lastLines = (): string => (userspaceAt ? tail : bootLines.slice(-40)).join('\n');
+
+  if (exit.error) fail(NESTED_EXIT.setup, `cannot run ${qemu}: ${exit.error.message}`);
+  if (killedFor === 'timeout') {
+    fail(NESTED_EXIT.timeout, `timed out after ${timeoutS} s (NESTED_TIMEOUT_S); L1 killed. ${summary}. Console log: ${log}\nLast lines:\n${lastLines()}`);
+  }
+  if (killedFor === 'boot') {
+    fail(NESTED_EXIT.l1Failed, `L1 did not reach userspace in ${bootTimeoutS} s; killed. Console log: ${log}\nLast lines:\n${lastLines()}`);
+  }
+  if (status === undefined) {
+    if (userspaceAt === undefined && exit.code !== 0) {
+      fail(NESTED_EXIT.setup, `${qemu} refused to start L1 (exit ${exit.code ?? exit.signal}): ${qemuOutput.trim() || '(no output)'}`);
+    }
+    fail(
+      NESTED_EXIT.l1Failed,
+      `L1 ended without an exit status (${panic ? `its kernel failed: ${panic}` : `QEMU exit ${exit.code ?? exit.signal}`}). ${summary}. ` +
+        `Console log: ${log}\nLast lines:\n${lastLines()}${qemuOutput ? `\nQEMU: ${qemuOutput.trim()}` : ''}`,
+    );
+  }
+  if (status === 'nokvm' || status === 'hostkind') {
+    fail(
+      NESTED_EXIT.noHardwareKvm,
+      status === 'nokvm'
+        ? "no /dev/kvm inside L1: the emulated CPU's SVM or L1's KVM is not working (see the lines above)"
+        : 'inside L1, torpor doctor does not report a hardware-virtualization host (see above)',
+    );
+  }
+  if (status === 'setup') fail(NESTED_EXIT.l1Failed, `L1 could not mount its shares or copy TORPOR_HOME. Console log: ${log}`);
+  const code = Number(status);
+  if (!Number.isInteger(code)) fail(NESTED_EXIT.l1Failed, `L1 wrote an unreadable status '${status}'`);
+  process.stderr.write(`\nnested: command exited ${code}; ${summary}\n`);
+  if (code === 0) rmSync(run, { recursive: true, force: true });
+  else process.stderr.write(`nested: console log kept: ${log}\n`);
+  return code;
+}
+
+process.exit(await main());
