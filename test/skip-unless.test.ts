@@ -41,6 +41,14 @@ test('skipped tests are counted by uvu, listed last with their reasons, and logg
     const strict = node(['test/skip-report.ts', '--fail-on', 'linux-guest', log], {});
     assert.is(strict.status, 1);
     assert.match(strict.stderr, /1 test\(s\) of category linux-guest skipped where they must run/);
+    // The nested host ran them: listed apart, not as skipped, and no longer a failure.
+    const moved = node(['test/skip-report.ts', '--fail-on', 'linux-guest', '--ran-elsewhere', 'linux-guest=in the nested host', log], {});
+    assert.is(moved.status, 0, moved.stderr);
+    assert.is(
+      moved.stdout,
+      'not run on this host, run instead in the nested host: 1 [linux-guest] test(s) of fixture\n' +
+        'skipped tests: 1\n  [root] fixture: as root -- needs root\n',
+    );
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
