@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "vmm/fd.h"
+#include "base/fd.h"
 
 namespace torpor {
 

@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "vmm/guest_memory.h"
+#include "base/guest_memory.h"
 #include "vmm/kvm.h"
 
 namespace torpor {

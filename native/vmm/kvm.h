@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "vmm/fd.h"
+#include "base/fd.h"
 
 namespace torpor {
 

@@ -26,7 +26,7 @@
 #include "devices/bus.h"
 #include "devices/virtio/virtio_mmio.h"
 #include "vmm/console.h"
-#include "vmm/event_loop.h"
+#include "base/event_loop.h"
 #include "vmm/guest_ram.h"
 #include "vmm/host_probe.h"
 #include "vmm/irq_line.h"

@@ -19,8 +19,8 @@
 #include <string>
 
 #include "devices/device.h"
-#include "vmm/event_loop.h"
-#include "vmm/guest_memory.h"
+#include "base/event_loop.h"
+#include "base/guest_memory.h"
 
 namespace torpor {
 
