@@ -50,7 +50,7 @@ export interface NativeMachineConfig {
   kvmDevice?: string;
 }
 
-export type NativeMachineState = 'created' | 'running' | 'paused' | 'stopped' | 'failed';
+export type NativeMachineState = 'created' | 'running' | 'pausing' | 'paused' | 'stopped' | 'failed';
 
 export interface NativeExitReason {
   /** 'reset' (the guest reset the machine through the i8042), 'poweroff' and 'panic' (KVM system

@@ -310,7 +310,7 @@ Napi::Value MachineWrap::vsock_connect(const Napi::CallbackInfo& info) {
     if (!info[1].IsUndefined()) timeout = static_cast<uint32_t>(js::to_uint(info[1], "timeoutMs", 1, 3600000));
     VsockHost* host = m.vsock();
     if (!host) throw Error(code::kInvalidState, "this machine has no vsock device (set vsockCid)");
-    if (m.state() != MachineState::Running && m.state() != MachineState::Paused)
+    if (m.state() != MachineState::Running && m.state() != MachineState::Pausing && m.state() != MachineState::Paused)
       throw Error(code::kInvalidState, std::string("vsockConnect: machine is ") + machine_state_name(m.state()));
     auto [id, promise] = new_promise(env);
     auto bridge = bridge_;

@@ -21,15 +21,6 @@
 
 namespace torpor {
 
-// The virtio factories live in devices/virtio/; weak references let the VMM
-// link (and run machines without virtio devices) in a tree where one of them
-// is not built yet. With the devices present these are ordinary calls.
-std::unique_ptr<VirtioMmioDevice> make_virtio_blk(GuestMemory&, IrqLine&, EventLoop&, const BlkOptions&)
-    __attribute__((weak));
-std::unique_ptr<VirtioMmioDevice> make_virtio_rng(GuestMemory&, IrqLine&, EventLoop&) __attribute__((weak));
-std::unique_ptr<VirtioMmioDevice> make_virtio_vsock(GuestMemory&, IrqLine&, EventLoop&, const VsockOptions&,
-                                                    VsockHost**) __attribute__((weak));
-
 namespace {
 
 constexpr size_t kExitTailBytes = 4096;
@@ -77,6 +68,7 @@ const char* machine_state_name(MachineState s) {
   switch (s) {
     case MachineState::Created: return "created";
     case MachineState::Running: return "running";
+    case MachineState::Pausing: return "pausing";
     case MachineState::Paused: return "paused";
     case MachineState::Stopped: return "stopped";
     case MachineState::Failed: return "failed";
@@ -128,13 +120,11 @@ Machine::Machine(const MachineConfig& cfg, Callbacks callbacks)
     return std::make_unique<KvmIrqLine>(*vm_, gsi, have_irqfd);
   };
   for (const auto& disk : cfg.disks) {
-    if (!make_virtio_blk) throw Error(code::kInvalidArgument, "this build has no virtio-blk device");
     auto irq = next_irq();
     auto dev = make_virtio_blk(ram_->memory(), *irq, *loop_, disk);
     add_virtio(std::move(dev), std::move(irq));
   }
   if (cfg.vsock_cid) {
-    if (!make_virtio_vsock) throw Error(code::kInvalidArgument, "this build has no virtio-vsock device");
     auto irq = next_irq();
     VsockOptions opts;
     opts.guest_cid = *cfg.vsock_cid;
@@ -142,7 +132,6 @@ Machine::Machine(const MachineConfig& cfg, Callbacks callbacks)
     add_virtio(std::move(dev), std::move(irq));
   }
   if (cfg.rng) {
-    if (!make_virtio_rng) throw Error(code::kInvalidArgument, "this build has no virtio-rng device");
     auto irq = next_irq();
     auto dev = make_virtio_rng(ram_->memory(), *irq, *loop_);
     add_virtio(std::move(dev), std::move(irq));
@@ -241,11 +230,11 @@ void Machine::pause(Done done) {
     done(nullptr, "");
     return;
   }
-  if (state_ != MachineState::Running && state_ != MachineState::Paused)
+  if (state_ != MachineState::Running && state_ != MachineState::Pausing)
     throw Error(code::kInvalidState, std::string("pause: machine is ") + machine_state_name(state_));
   pause_waiters_.push_back(std::move(done));
-  if (state_ == MachineState::Paused) return;  // a pause is in flight: same completion
-  state_ = MachineState::Paused;
+  if (state_ == MachineState::Pausing) return;  // a pause is in flight: same completion
+  state_ = MachineState::Pausing;
   parked_ = 0;
   pause_seq_++;
   for (auto& v : vcpus_) v->send(Vcpu::Command::Pause);
@@ -256,10 +245,14 @@ void Machine::resume() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (state_ == MachineState::Running) return;
-    if (state_ != MachineState::Paused)
+    if (state_ != MachineState::Paused && state_ != MachineState::Pausing)
       throw Error(code::kInvalidState, std::string("resume: machine is ") + machine_state_name(state_));
     state_ = MachineState::Running;
     abandoned.swap(pause_waiters_);
+    // Devices re-armed on the I/O thread, after any quiesce posted before
+    // (the loop runs posted closures in order). A vCPU kick that arrives
+    // before that is held by its transport and served by unquiesce.
+    loop_->post([this] { set_devices_quiesced(false); });
     for (auto& v : vcpus_) v->send(Vcpu::Command::Run);
   }
   for (auto& d : abandoned) d(code::kInvalidState, "resumed before the pause completed");
@@ -447,10 +440,38 @@ void Machine::vcpu_parked(uint32_t, uint64_t pause_seq) {
     // A vCPU that parked for a pause the host already resumed from must not
     // count towards the next one: that vCPU would be counted twice and the
     // pause would complete with another vCPU still inside KVM_RUN.
-    if (state_ != MachineState::Paused || pause_seq != pause_seq_) return;
-    if (++parked_ == vcpus_.size()) ready.swap(pause_waiters_);
+    if (state_ != MachineState::Pausing || pause_seq != pause_seq_) return;
+    if (++parked_ != vcpus_.size()) return;
+  }
+  // Every vCPU is out of KVM_RUN: quiesce the devices on the I/O thread,
+  // where no device callback can be running at the same time (a block
+  // request in flight completes first: requests are served synchronously).
+  if (!loop_->post([this, pause_seq] { quiesce_devices(pause_seq); })) quiesce_devices(pause_seq);
+}
+
+void Machine::quiesce_devices(uint64_t seq) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (state_ != MachineState::Pausing || seq != pause_seq_) return;  // resumed or ended meanwhile
+  }
+  set_devices_quiesced(true);
+  std::vector<Done> ready;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (state_ != MachineState::Pausing || seq != pause_seq_) return;  // resume's unquiesce is queued behind us
+    state_ = MachineState::Paused;
+    ready.swap(pause_waiters_);
   }
   for (auto& d : ready) d(nullptr, "");
+}
+
+void Machine::set_devices_quiesced(bool quiesced) {
+  for (auto& slot : virtio_) {
+    if (quiesced)
+      slot.dev->quiesce();
+    else
+      slot.dev->unquiesce();
+  }
 }
 
 void Machine::vcpu_guest_ended(uint32_t, bool failed, const std::string& kind, const std::string& message) {

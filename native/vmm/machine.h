@@ -1,7 +1,10 @@
 // A virtual machine: KVM VM + RAM + devices + one thread per vCPU + one I/O
 // thread, with a lifecycle the addon exposes as promises.
 //
-// States: Created -> Running <-> Paused -> Stopped | Failed. The guest ends
+// States: Created -> Running -> Pausing -> Paused -> Running ... -> Stopped |
+// Failed. Pausing: the vCPUs were told to leave KVM_RUN; Paused: every vCPU
+// is parked and every device quiesced on the I/O thread (no device touches
+// guest memory or raises an interrupt until resume() re-arms them). The guest ends
 // a machine from a vCPU thread (reset, triple fault, emulation failure...);
 // the host ends it with stop(). Either way exactly one exit notification is
 // delivered, after every vCPU thread has left KVM_RUN for good and the I/O
@@ -53,7 +56,7 @@ struct MachineConfig {
   std::string kvm_device = "/dev/kvm";
 };
 
-enum class MachineState { Created, Running, Paused, Stopped, Failed };
+enum class MachineState { Created, Running, Pausing, Paused, Stopped, Failed };
 const char* machine_state_name(MachineState s);
 
 struct ExitReason {
@@ -83,8 +86,8 @@ class Machine final : private VcpuHost {
   ~Machine() override;  // stop()s
 
   void start(Done done);   // Created -> Running; done once every vCPU entered KVM_RUN
-  void pause(Done done);   // Running -> Paused; done once every vCPU is parked
-  void resume();           // Paused -> Running
+  void pause(Done done);   // Running -> Pausing -> Paused; done once every vCPU is parked and every device quiesced
+  void resume();           // Pausing | Paused -> Running (devices re-armed)
   // Ends the machine (reason 'stop' unless the guest ended it first), joins
   // every thread. Idempotent; safe from any thread except a vCPU or I/O thread.
   ExitReason stop();
@@ -191,6 +194,9 @@ class Machine final : private VcpuHost {
   std::atomic<uint64_t> first_run_ns_{0};
   std::atomic<uint64_t> first_exit_ns_{0};
   void note_first_exit();
+  // On the I/O thread, once the vCPUs of pause number `seq` are all parked.
+  void quiesce_devices(uint64_t seq);
+  void set_devices_quiesced(bool quiesced);
   std::once_flag finish_once_;
 };
 

@@ -31,6 +31,13 @@ class VirtioMmioDevice : public BusDevice {
  public:
   virtual uint32_t num_queues() const = 0;
   virtual void notify(uint32_t queue) = 0;
+  // Pause support, called on the I/O thread once every vCPU is out of
+  // KVM_RUN: after quiesce() the device touches no guest memory, raises no
+  // interrupt and does no work on its own (socket and timer callbacks only
+  // note what happened; notifications are remembered). unquiesce() re-arms
+  // and serves what was remembered. Both idempotent.
+  virtual void quiesce() = 0;
+  virtual void unquiesce() = 0;
 };
 
 struct BlkOptions {
