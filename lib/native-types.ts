@@ -78,9 +78,34 @@ export interface NativeMachineStats {
   createToFirstExitNs: number;
 }
 
+/** What a capture wrote (Machine.snapshot). */
+export interface NativeSnapshotResult {
+  generation: number;
+  /** Bytes written: memory layer, state file, manifest. */
+  bytes: number;
+  /** Pages in the memory layer: written since the previous generation (diff), or RAM's nonzero pages (full). */
+  dirtyPages: number;
+  /** True when the memory layer is a full image (first capture into the directory). */
+  fullLayer: boolean;
+  /** State and dirty pages read: the machine could continue from here. */
+  capturedMs: number;
+  /** The generation is on disk (fsynced) and `current` points at it. */
+  durableMs: number;
+}
+
 export interface NativeMachine {
-  /** Starts the vCPU threads and the I/O thread. Resolves once every vCPU entered KVM_RUN once. */
-  start(): Promise<void>;
+  /**
+   * Starts the vCPU threads and the I/O thread. Resolves once every vCPU entered KVM_RUN once,
+   * or, with paused = true, once every vCPU is parked and the devices are quiesced (state 'paused').
+   */
+  start(paused?: boolean): Promise<void>;
+  /**
+   * Pauses (if running), then writes a generation into dir on a worker thread. The machine
+   * stays paused. Rejects with INVALID_STATE unless running or paused, IO_ERROR on a write failure.
+   */
+  snapshot(dir: string): Promise<NativeSnapshotResult>;
+  /** Pages written since the last generation (guest and devices). Reads KVM's dirty log; loses nothing. */
+  dirtyPageCount(): number;
   /** Resolves when every vCPU is out of KVM_RUN with its pending I/O completed. */
   pause(): Promise<void>;
   resume(): Promise<void>;
@@ -109,6 +134,12 @@ export interface NativeBinding {
   /** Opens the KVM device and reports what it can do. Throws KVM_UNAVAILABLE with the reason. */
   probe(devicePath?: string): HostProbe;
   Machine: new (config: NativeMachineConfig, onEvent: (event: NativeMachineEvent) => void) => NativeMachine;
+  /**
+   * Rebuilds a machine from the generation `current` names in dir, on a worker thread.
+   * Resolves to a machine in state 'created' (start() it). SNAPSHOT_INVALID for a corrupt or
+   * truncated snapshot, SNAPSHOT_INCOMPATIBLE for another host kind or CPU; no guest runs then.
+   */
+  restoreMachine(dir: string, onEvent: (event: NativeMachineEvent) => void): Promise<NativeMachine>;
   /** Build facts: addon version, compiler, whether built with sanitizers. */
   buildInfo(): { version: string; compiler: string };
 }

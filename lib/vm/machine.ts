@@ -17,6 +17,7 @@ import type {
   NativeMachineEvent,
   NativeMachineState,
   NativeMachineStats,
+  NativeSnapshotResult,
 } from '../native-types.js';
 
 export interface MachineDisk {
@@ -54,6 +55,18 @@ export interface MachineOptions {
 export type MachineState = NativeMachineState;
 export type ExitReason = NativeExitReason;
 export type MachineStats = NativeMachineStats;
+/** What machine.snapshot() wrote. */
+export type SnapshotResult = NativeSnapshotResult;
+
+export interface SnapshotOptions {
+  /** Stop the machine once the generation is durable (default: it continues as it was). */
+  stop?: boolean;
+}
+
+export interface RestoreOptions {
+  /** State of the restored machine: 'running' (default) or 'paused' (resume() it later). */
+  state?: 'running' | 'paused';
+}
 
 export interface MachineEvents {
   console: [data: Buffer];
@@ -127,16 +140,66 @@ export class Machine extends EventEmitter<MachineEvents> {
   #seen = '';
   static readonly #SEEN_MAX = 1 << 20;
 
-  private constructor(opts: MachineOptions) {
+  private constructor(opts: MachineOptions | { restore: (onEvent: (ev: NativeMachineEvent) => void) => NativeMachine }) {
     super();
-    const cfg = toNativeConfig(opts);
-    const binding = loadNative();
-    this.#native = new binding.Machine(cfg, (ev: NativeMachineEvent) => this.#onEvent(ev));
+    const onEvent = (ev: NativeMachineEvent) => this.#onEvent(ev);
+    if ('restore' in opts) {
+      this.#native = opts.restore(onEvent);
+    } else {
+      const cfg = toNativeConfig(opts);
+      this.#native = new (loadNative().Machine)(cfg, onEvent);
+    }
   }
 
   /** Builds the machine (VM, RAM, devices, vCPUs; kernel loaded). Nothing runs until start(). */
   static create(opts: MachineOptions): Machine {
     return new Machine(opts);
+  }
+
+  /**
+   * Restores the machine whose latest generation is in `dir` (written by snapshot(), in this
+   * process or another). The snapshot is validated before any guest runs: SNAPSHOT_INVALID for a
+   * corrupt, truncated or unknown-version file, SNAPSHOT_INCOMPATIBLE when it was taken on another
+   * host kind or CPU. Rebuilding and loading run on a worker thread. Resolves to a machine in
+   * state 'running' (default) or 'paused'. Its vsock connections are reset: reconnect.
+   */
+  static async restore(dir: string, opts: RestoreOptions = {}): Promise<Machine> {
+    checkString('dir', dir, true);
+    const want = opts.state ?? 'running';
+    if (want !== 'running' && want !== 'paused') throw new InvalidArgumentError(`state must be 'running' or 'paused'`);
+    let onEvent: ((ev: NativeMachineEvent) => void) | undefined;
+    const native = await loadNative().restoreMachine(dir, (ev) => onEvent?.(ev));
+    const m = new Machine({
+      restore: (handler) => {
+        onEvent = handler;
+        return native;
+      },
+    });
+    await m.#native.start(want === 'paused');
+    return m;
+  }
+
+  /**
+   * Writes a new generation of this machine into `dir`: the machine pauses (every vCPU out of the
+   * guest, devices quiesced), its state and memory (a full layer the first time, then the pages
+   * written since) are written on a worker thread, fsynced, and `dir/current` is switched to it
+   * atomically. Then the machine continues as it was (running or paused), or stops with
+   * `{ stop: true }`. Resolves to what was written, with the captured and durable times.
+   */
+  snapshot(dir: string, opts: SnapshotOptions = {}): Promise<SnapshotResult> {
+    checkString('dir', dir, true);
+    return this.#serial(async () => {
+      const wasRunning = this.#native.state() === 'running';
+      const result = await this.#native.snapshot(dir);
+      if (opts.stop) await this.#native.stop();
+      else if (wasRunning) await this.#native.resume();
+      return result;
+    });
+  }
+
+  /** Pages written since the last generation (by the guest or the devices). Diagnostics and tests. */
+  dirtyPageCount(): number {
+    return this.#native.dirtyPageCount();
   }
 
   #onEvent(ev: NativeMachineEvent): void {

@@ -69,6 +69,8 @@ Napi::Function MachineWrap::define(Napi::Env env) {
   return DefineClass(env, "Machine",
                      {
                          InstanceMethod<&MachineWrap::start>("start"),
+                         InstanceMethod<&MachineWrap::snapshot>("snapshot"),
+                         InstanceMethod<&MachineWrap::dirty_page_count>("dirtyPageCount"),
                          InstanceMethod<&MachineWrap::pause>("pause"),
                          InstanceMethod<&MachineWrap::resume>("resume"),
                          InstanceMethod<&MachineWrap::stop>("stop"),
@@ -87,31 +89,196 @@ Napi::Function MachineWrap::define(Napi::Env env) {
 MachineWrap::MachineWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<MachineWrap>(info), env_(info.Env()) {
   Napi::Env env = info.Env();
   guarded(env, [&]() -> Napi::Value {
-    MachineConfig cfg = parse_config(info[0]);
-    if (!info[1].IsFunction()) throw Error(code::kInvalidArgument, "onEvent must be a function");
-    console_ring_bytes_ = cfg.console_ring_bytes;
-    handle_ = std::make_shared<Handle>();
-    bridge_ = std::make_shared<EventBridge>(env, info[1].As<Napi::Function>());
-
-    Machine::Callbacks cb;
-    auto bridge = bridge_;
-    auto handle = handle_;
-    cb.console_pending = [bridge, handle] {
-      bridge->post([handle](Napi::Env env, Napi::Function fn) {
-        if (handle->wrap) handle->wrap->drain_console(env, fn);
-      });
-    };
-    cb.exited = [bridge, handle](MachineState state, const ExitReason& reason) {
-      bridge->post([handle, state, reason](Napi::Env env, Napi::Function fn) {
-        if (handle->wrap) handle->wrap->deliver_exit(env, fn, state, reason);
-      });
-    };
-    machine_ = std::make_unique<Machine>(cfg, std::move(cb));
+    if (info[0].IsExternal()) {
+      // Built on a worker (restoreMachine): adopt it.
+      Adopt* a = info[0].As<Napi::External<Adopt>>().Data();
+      handle_ = std::move(a->handle);
+      bridge_ = std::move(a->bridge);
+      machine_ = std::move(a->machine);
+      console_ring_bytes_ = machine_->console().capacity();
+    } else {
+      MachineConfig cfg = parse_config(info[0]);
+      if (!info[1].IsFunction()) throw Error(code::kInvalidArgument, "onEvent must be a function");
+      console_ring_bytes_ = cfg.console_ring_bytes;
+      handle_ = std::make_shared<Handle>();
+      bridge_ = std::make_shared<EventBridge>(env, info[1].As<Napi::Function>());
+      machine_ = std::make_unique<Machine>(cfg, make_callbacks(bridge_, handle_));
+    }
     handle_->wrap = this;
     register_live_machine(machine_.get());
     // After the thread-safe function exists: hooks run last-in first-out.
     if (napi_add_env_cleanup_hook(env, cleanup_hook, this) == napi_ok) hook_registered_ = true;
     return env.Undefined();
+  });
+}
+
+Machine::Callbacks MachineWrap::make_callbacks(const std::shared_ptr<EventBridge>& bridge,
+                                              const std::shared_ptr<Handle>& handle) {
+  Machine::Callbacks cb;
+  cb.console_pending = [bridge, handle] {
+    bridge->post([handle](Napi::Env env, Napi::Function fn) {
+      if (handle->wrap) handle->wrap->drain_console(env, fn);
+    });
+  };
+  cb.exited = [bridge, handle](MachineState state, const ExitReason& reason) {
+    bridge->post([handle, state, reason](Napi::Env env, Napi::Function fn) {
+      if (handle->wrap) handle->wrap->deliver_exit(env, fn, state, reason);
+    });
+  };
+  return cb;
+}
+
+namespace {
+
+Napi::Object snapshot_object(Napi::Env env, const CaptureResult& r) {
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("generation", static_cast<double>(r.generation));
+  o.Set("bytes", static_cast<double>(r.bytes));
+  o.Set("dirtyPages", static_cast<double>(r.dirty_pages));
+  o.Set("fullLayer", r.full_layer);
+  o.Set("capturedMs", r.captured_ms);
+  o.Set("durableMs", r.durable_ms);
+  return o;
+}
+
+// Runs a blocking call on libuv's thread pool and keeps its error's code
+// (Napi::AsyncWorker's own error path keeps only the message).
+class CodedWorker : public Napi::AsyncWorker {
+ protected:
+  using Napi::AsyncWorker::AsyncWorker;
+  template <typename F>
+  void run(F&& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      code_ = e.code();
+      message_ = e.what();
+    } catch (const std::exception& e) {
+      code_ = code::kInternal;
+      message_ = e.what();
+    }
+  }
+  std::string code_, message_;
+};
+
+// Captures a paused machine into a directory (fdatasync included).
+class CaptureWorker final : public CodedWorker {
+ public:
+  CaptureWorker(Napi::Env env, Napi::Object self, MachineWrap* wrap, uint64_t id, std::string dir)
+      : CodedWorker(env, "torpor.capture"), self_(Napi::Persistent(self)), wrap_(wrap), machine_(wrap->machine_ptr()),
+        id_(id), dir_(std::move(dir)) {}
+  void Execute() override {
+    run([&] { result_ = machine_->capture(dir_); });
+  }
+  void OnOK() override {
+    Napi::Env env = Env();
+    wrap_->settle(env, id_, code_, message_, code_.empty() ? Napi::Value(snapshot_object(env, result_)) : env.Undefined());
+  }
+
+ private:
+  Napi::ObjectReference self_;  // keeps the wrap (and its machine) alive while the capture runs
+  MachineWrap* wrap_;
+  Machine* machine_;
+  uint64_t id_;
+  std::string dir_;
+  CaptureResult result_;
+};
+
+// Machine::restore on the thread pool, then the JS object around it.
+class RestoreWorker final : public CodedWorker {
+ public:
+  RestoreWorker(Napi::Env env, std::string dir, std::shared_ptr<EventBridge> bridge,
+                std::shared_ptr<MachineWrap::Handle> handle, Napi::Promise::Deferred deferred)
+      : CodedWorker(env, "torpor.restore"), dir_(std::move(dir)), bridge_(std::move(bridge)), handle_(std::move(handle)),
+        deferred_(deferred) {}
+  void Execute() override {
+    run([&] { machine_ = Machine::restore(dir_, MachineWrap::make_callbacks(bridge_, handle_)); });
+  }
+  void OnOK() override {
+    Napi::Env env = Env();
+    bridge_->release_hold(env);
+    if (!code_.empty()) {
+      bridge_->close();
+      deferred_.Reject(make_js_error(env, code_.c_str(), message_).Value());
+      return;
+    }
+    MachineWrap::Adopt adopt{std::move(machine_), bridge_, handle_};
+    napi_value obj;
+    napi_value arg = Napi::External<MachineWrap::Adopt>::New(env, &adopt);
+    napi_value ctor = addon_state(env)->machine_ctor.Value();
+    if (napi_new_instance(env, ctor, 1, &arg, &obj) != napi_ok) {
+      Napi::Value err = env.GetAndClearPendingException().Value();
+      if (adopt.machine) adopt.machine->release(false);
+      bridge_->close();
+      deferred_.Reject(err);
+      return;
+    }
+    deferred_.Resolve(obj);
+  }
+
+ private:
+  std::string dir_;
+  std::shared_ptr<EventBridge> bridge_;
+  std::shared_ptr<MachineWrap::Handle> handle_;
+  Napi::Promise::Deferred deferred_;
+  std::unique_ptr<Machine> machine_;
+};
+
+}  // namespace
+
+Napi::Value MachineWrap::restore_machine(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guarded(env, [&]() -> Napi::Value {
+    if (!info[0].IsString()) throw Error(code::kInvalidArgument, "restoreMachine: dir must be a string");
+    if (!info[1].IsFunction()) throw Error(code::kInvalidArgument, "onEvent must be a function");
+    auto bridge = std::make_shared<EventBridge>(env, info[1].As<Napi::Function>());
+    auto handle = std::make_shared<Handle>();
+    auto deferred = Napi::Promise::Deferred::New(env);
+    bridge->hold(env);
+    (new RestoreWorker(env, info[0].As<Napi::String>().Utf8Value(), bridge, handle, deferred))->Queue();
+    return deferred.Promise();
+  });
+}
+
+Napi::Value MachineWrap::snapshot(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guarded(env, [&]() -> Napi::Value {
+    Machine& m = live_machine();
+    if (!info[0].IsString()) throw Error(code::kInvalidArgument, "snapshot: dir must be a string");
+    std::string dir = info[0].As<Napi::String>().Utf8Value();
+    auto [id, promise] = new_promise(env);
+    auto bridge = bridge_;
+    auto handle = handle_;
+    Machine::Done after_pause = [bridge, handle, id, dir](const char* code, const std::string& message) {
+      std::string c = code ? code : "";
+      bridge->post([handle, id, c, message, dir](Napi::Env env, Napi::Function) {
+        if (!handle->wrap) return;
+        if (!c.empty())
+          handle->wrap->settle(env, id, c, message, env.Undefined());
+        else
+          handle->wrap->queue_capture(env, id, dir);
+      });
+    };
+    try {
+      m.pause(std::move(after_pause));
+    } catch (const Error& e) {
+      settle(env, id, e.code(), e.what(), env.Undefined());
+    }
+    return promise;
+  });
+}
+
+void MachineWrap::queue_capture(Napi::Env env, uint64_t id, const std::string& dir) {
+  if (torn_down_ || !machine_ || machine_->released()) {
+    settle(env, id, code::kInvalidState, "the machine was stopped before its capture", env.Undefined());
+    return;
+  }
+  (new CaptureWorker(env, Value(), this, id, dir))->Queue();
+}
+
+Napi::Value MachineWrap::dirty_page_count(const Napi::CallbackInfo& info) {
+  return guarded(info.Env(), [&]() -> Napi::Value {
+    return Napi::Number::New(info.Env(), static_cast<double>(live_machine().dirty_page_count()));
   });
 }
 
@@ -198,9 +365,10 @@ Napi::Value MachineWrap::start(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   return guarded(env, [&]() -> Napi::Value {
     Machine& m = live_machine();
+    bool paused = info[0].IsBoolean() && info[0].As<Napi::Boolean>().Value();
     auto [id, promise] = new_promise(env);
     try {
-      m.start(completion(id));
+      m.start(completion(id), paused);
     } catch (const Error& e) {
       settle(env, id, e.code(), e.what(), env.Undefined());
       return promise;

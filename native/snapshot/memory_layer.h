@@ -20,9 +20,11 @@
 #include <string>
 #include <vector>
 
+#include "base/guest_memory.h"
+
 namespace torpor {
 
-inline constexpr uint64_t kPageSize = 4096;
+// kPageSize comes from base/guest_memory.h (one definition per namespace).
 inline constexpr uint64_t kMemoryDataOffset = 4096;  // RAM image offset in a full layer
 inline constexpr size_t kLayerIdentityBytes = 16;
 

@@ -17,13 +17,21 @@ namespace torpor {
 class GuestRam {
  public:
   // Maps ram_bytes (page multiple) and registers the slots with the VM.
-  GuestRam(KvmVm& vm, uint64_t ram_bytes);
+  // With backing_fd >= 0, RAM is the file's contents from backing_offset on
+  // (RAM's linear image: slot 0 then slot 1), mapped MAP_PRIVATE: lazy and
+  // copy-on-write, the file is never written. The file must hold ram_bytes.
+  GuestRam(KvmVm& vm, uint64_t ram_bytes, int backing_fd = -1, uint64_t backing_offset = 0);
   ~GuestRam();
   GuestRam(const GuestRam&) = delete;
   GuestRam& operator=(const GuestRam&) = delete;
 
   GuestMemory& memory() { return mem_; }
   uint64_t size() const { return size_; }
+  size_t slot_count() const { return maps_.size(); }
+  // Pages written since the last call, by the guest (KVM's dirty log) or by
+  // the VMM (GuestMemory's bitmap), ORed into `bitmap`: RAM's linear page
+  // index (slot 0 then slot 1). Resized to cover RAM.
+  void collect_dirty(KvmVm& vm, std::vector<uint64_t>& bitmap);
 
  private:
   struct Mapping {

@@ -13,6 +13,7 @@
 #include "common/error.h"
 #include "devices/i8042/i8042.h"
 #include "devices/serial/serial_8250.h"
+#include "vmm/machine_snapshot.h"
 #include "vmm/reaper.h"
 #include "vmm/x86_64/boot.h"
 #include "vmm/x86_64/cpuid.h"
@@ -76,8 +77,11 @@ const char* machine_state_name(MachineState s) {
   return "failed";
 }
 
-Machine::Machine(const MachineConfig& cfg, Callbacks callbacks)
+Machine::Machine(const MachineConfig& cfg, Callbacks callbacks) : Machine(cfg, std::move(callbacks), nullptr) {}
+
+Machine::Machine(const MachineConfig& cfg, Callbacks callbacks, RestorePlan* plan)
     : callbacks_(std::move(callbacks)), created_at_(std::chrono::steady_clock::now()) {
+  config_ = cfg;
   host_kind_ = detect_host_kind();
   kvm_ = std::make_unique<KvmSystem>(cfg.kvm_device);
   for (auto [cap, name] : {std::pair{KVM_CAP_IRQCHIP, "irqchip"}, {KVM_CAP_PIT2, "pit2"},
@@ -98,7 +102,10 @@ Machine::Machine(const MachineConfig& cfg, Callbacks callbacks)
   // Memory slots before the in-kernel irqchip: measured on PVM, registering a
   // slot once the irqchip exists costs ~7.5 ms (512 MiB, or 64 MiB), before
   // it ~0.8 ms.
-  ram_ = std::make_unique<GuestRam>(*vm_, cfg.memory_mib * x86::kMiB);
+  if (plan)
+    ram_ = restore_ram(*vm_, *plan);
+  else
+    ram_ = std::make_unique<GuestRam>(*vm_, cfg.memory_mib * x86::kMiB);
   vm_->create_irqchip();
   vm_->create_pit2();
   loop_ = std::make_unique<EventLoop>();
@@ -168,6 +175,10 @@ Machine::Machine(const MachineConfig& cfg, Callbacks callbacks)
   }
   while (!cmdline_.empty() && cmdline_.front() == ' ') cmdline_.erase(cmdline_.begin());
 
+  if (plan) {
+    load_state(*plan);
+    return;
+  }
   x86::BootConfig boot;
   boot.kernel_path = cfg.kernel;
   boot.initrd_path = cfg.initrd;
@@ -201,22 +212,33 @@ void Machine::add_virtio(std::unique_ptr<VirtioMmioDevice> dev, std::unique_ptr<
   virtio_.push_back(std::move(slot));
 }
 
-void Machine::start(Done done) {
+void Machine::start(Done done, bool paused) {
   std::unique_lock<std::mutex> lock(mu_);
   if (state_ != MachineState::Created)
     throw Error(code::kInvalidState, std::string("start: machine is ") + machine_state_name(state_));
-  state_ = MachineState::Running;
+  state_ = paused ? MachineState::Pausing : MachineState::Running;
   threads_started_ = true;
-  start_waiters_.push_back(std::move(done));
+  auto& waiters = paused ? pause_waiters_ : start_waiters_;
+  waiters.push_back(std::move(done));
+  if (paused) {
+    parked_ = 0;
+    pause_seq_++;
+  }
   try {
     loop_->start();
     loop_->post([] { pthread_setname_np(pthread_self(), "torpor-io"); });
-    for (auto& v : vcpus_) v->start(Vcpu::Command::Run);
+    // A restored guest's vsock connections are gone (host sockets are not
+    // saved): the transport-reset event tells its driver to drop them too.
+    if (restored_ && vsock_host_) vsock_host_->transport_reset();
+    for (auto& v : vcpus_) {
+      v->start(paused ? Vcpu::Command::Pause : Vcpu::Command::Run);
+      if (paused) v->send(Vcpu::Command::Pause);  // numbered like any pause: acknowledged once parked
+    }
   } catch (const std::exception& e) {
     // std::thread throws when the process is out of threads. The caller gets
     // the error now (so its Done is taken back, not called); the threads
     // that did start are told to stop, and stop() finishes the machine.
-    start_waiters_.pop_back();
+    waiters.pop_back();
     std::string why = std::string("could not start the machine's threads: ") + e.what();
     end_locked(true, "internal-error", why);
     throw Error(code::kInternal, why, EAGAIN);

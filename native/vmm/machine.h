@@ -65,6 +65,18 @@ struct ExitReason {
   std::string console_tail;
 };
 
+// What machine.capture() wrote.
+struct CaptureResult {
+  uint64_t generation = 0;
+  uint64_t bytes = 0;        // bytes written (memory layer, state file, disk layers)
+  uint64_t dirty_pages = 0;  // pages written since the previous generation (all of RAM's nonzero pages for a full layer)
+  bool full_layer = false;
+  double captured_ms = 0;    // state and dirty pages read (the machine could continue from here)
+  double durable_ms = 0;     // the generation is on disk and `current` points at it
+};
+
+struct RestorePlan;  // machine_snapshot.cc
+
 struct MachineStats {
   uint64_t exits = 0, pio_exits = 0, mmio_exits = 0, halt_exits = 0;
   uint64_t create_to_first_run_ns = 0;
@@ -85,7 +97,22 @@ class Machine final : private VcpuHost {
   Machine(const MachineConfig& cfg, Callbacks callbacks);
   ~Machine() override;  // stop()s
 
-  void start(Done done);   // Created -> Running; done once every vCPU entered KVM_RUN
+  // Rebuilds a machine from the generation `current` points at in `dir`
+  // (validated before KVM is touched: SNAPSHOT_INVALID, SNAPSHOT_INCOMPATIBLE).
+  // Guest RAM maps the bottom memory layer MAP_PRIVATE and reads the diffs
+  // into place. Nothing runs until start(). Blocking: not on the JS thread.
+  static std::unique_ptr<Machine> restore(const std::string& dir, Callbacks callbacks);
+  // Writes a new generation into `dir` (generation directory, fsynced, then
+  // `current` switched atomically). The machine must be Paused (vCPUs out of
+  // KVM_RUN, devices quiesced) and stays so. A full memory layer the first
+  // time into a directory, then diff layers of the pages written since.
+  // Blocking (disk writes, fdatasync): a worker thread only.
+  CaptureResult capture(const std::string& dir);
+  // Pages written since the last generation, by the guest or by the devices
+  // (reads KVM's dirty log; nothing is lost for the next capture).
+  uint64_t dirty_page_count();
+
+  void start(Done done, bool paused = false);   // Created -> Running (or Paused); done once every vCPU entered KVM_RUN (or parked)
   void pause(Done done);   // Running -> Pausing -> Paused; done once every vCPU is parked and every device quiesced
   void resume();           // Pausing | Paused -> Running (devices re-armed)
   // Ends the machine (reason 'stop' unless the guest ended it first), joins
@@ -130,6 +157,8 @@ class Machine final : private VcpuHost {
   std::vector<std::pair<uint64_t, BusDevice*>> devices();
 
  private:
+  Machine(const MachineConfig& cfg, Callbacks callbacks, RestorePlan* plan);
+  void load_state(RestorePlan& plan);
   void vcpu_pio(uint16_t port, uint8_t* data, size_t len, bool is_write) override;
   void vcpu_mmio(uint64_t addr, uint8_t* data, size_t len, bool is_write) override;
   void vcpu_entered(uint32_t index) override;
@@ -197,6 +226,14 @@ class Machine final : private VcpuHost {
   // On the I/O thread, once the vCPUs of pause number `seq` are all parked.
   void quiesce_devices(uint64_t seq);
   void set_devices_quiesced(bool quiesced);
+
+  // Snapshot bookkeeping (capture and restore hold stop_mu_).
+  MachineConfig config_;                 // what the machine was built from (the snapshot's spec)
+  std::vector<uint64_t> dirty_;          // pages written since the last generation (linear page index)
+  std::string snapshot_dir_;             // where the last generation was written or read
+  std::vector<std::string> mem_chain_;   // its memory layers, bottom first, relative to snapshot_dir_
+  uint64_t generation_ = 0;
+  bool restored_ = false;
   std::once_flag finish_once_;
 };
 

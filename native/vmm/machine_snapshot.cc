@@ -1,0 +1,317 @@
+// Machine::capture and Machine::restore: generations on disk (DESIGN §4-5,
+// shared/reference/kvm-snapshot.md).
+//
+// A generation directory <dir>/gen-<n>/ holds vm.state (envelope around the
+// body below), mem.layer (full or diff) and manifest.json (for people and
+// tools; the loader trusts only vm.state). It is written as gen-<n>.tmp/,
+// fsynced, renamed, and <dir>/current is switched to it atomically
+// (current.tmp, fsync, rename, fsync of the directory): a crash at any moment
+// leaves the previous generation whole.
+//
+// Body: "torpor-machine" v1 | machine spec | u64 generation | memory chain
+// (relative paths, bottom first) | VM state | vCPU states | device states.
+#include "vmm/machine_snapshot.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <bit>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "common/error.h"
+#include "snapshot/envelope.h"
+#include "vmm/fingerprint_probe.h"
+#include "vmm/machine.h"
+#include "vmm/machine_spec.h"
+#include "vmm/x86_64/cpu_state.h"
+#include "vmm/x86_64/layout.h"
+
+namespace torpor {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kBodyTag = "torpor-machine";
+constexpr uint32_t kBodyVersion = 1;
+constexpr uint32_t kMaxChain = 64;
+constexpr const char* kCurrent = "current";
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void fsync_path(const std::string& path, bool directory) {
+  int fd = ::open(path.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
+  if (fd < 0) throw_sys_error(code::kIo, "open " + path + " to fsync");
+  int r = ::fsync(fd);
+  int e = errno;
+  ::close(fd);
+  if (r < 0) throw_sys_error(code::kIo, "fsync " + path, e);
+}
+
+void write_file_synced(const std::string& path, const std::string& text) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw_sys_error(code::kIo, "create " + path);
+  const char* p = text.data();
+  size_t left = text.size();
+  while (left) {
+    ssize_t n = ::write(fd, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      int e = errno;
+      ::close(fd);
+      throw_sys_error(code::kIo, "write " + path, e);
+    }
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+  int r = ::fdatasync(fd);
+  int e = errno;
+  ::close(fd);
+  if (r < 0) throw_sys_error(code::kIo, "fdatasync " + path, e);
+}
+
+// "gen-<n>" from <dir>/current; 0 when there is none yet.
+uint64_t current_generation(const std::string& dir) {
+  std::ifstream f(dir + "/" + kCurrent);
+  if (!f) return 0;
+  std::string line;
+  std::getline(f, line);
+  if (line.rfind("gen-", 0) != 0 || line.size() > 24) throw Error(code::kSnapshotInvalid, dir + "/current is malformed");
+  uint64_t n = 0;
+  for (char c : line.substr(4)) {
+    if (c < '0' || c > '9') throw Error(code::kSnapshotInvalid, dir + "/current is malformed");
+    n = n * 10 + static_cast<uint64_t>(c - '0');
+  }
+  if (n == 0) throw Error(code::kSnapshotInvalid, dir + "/current names generation 0");
+  return n;
+}
+
+std::string gen_name(uint64_t n) { return "gen-" + std::to_string(n); }
+
+// A layer path from the state file: relative, inside dir, no "..".
+void check_relative(const std::string& p) {
+  if (p.empty() || p.front() == '/' || p.find("..") != std::string::npos || p.find('\0') != std::string::npos)
+    StateReader::fail("memory layer path '" + p + "' is not a plain relative path");
+}
+
+std::vector<RamRegion> ram_regions(GuestMemory& mem) {
+  std::vector<RamRegion> out;
+  for (const auto& r : mem.regions()) out.push_back({r.host, r.size});
+  return out;
+}
+
+uint8_t* page_ptr(const std::vector<RamRegion>& ram, uint64_t page) {
+  uint64_t off = page * kPageSize;
+  for (const auto& r : ram) {
+    if (off < r.bytes) return r.host + off;
+    off -= r.bytes;
+  }
+  return nullptr;
+}
+
+uint64_t file_bytes(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- capture
+
+uint64_t Machine::dirty_page_count() {
+  std::lock_guard<std::mutex> serial(stop_mu_);
+  if (released_.load() || !ram_) return 0;
+  ram_->collect_dirty(*vm_, dirty_);
+  uint64_t n = 0;
+  for (uint64_t w : dirty_) n += static_cast<uint64_t>(std::popcount(w));
+  return n;
+}
+
+CaptureResult Machine::capture(const std::string& dir) {
+  std::lock_guard<std::mutex> serial(stop_mu_);
+  if (released_.load()) throw Error(code::kInvalidState, "capture: the machine was stopped");
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (state_ != MachineState::Paused)
+      throw Error(code::kInvalidState, std::string("capture: machine is ") + machine_state_name(state_) +
+                                           " (pause it first: every vCPU out of KVM_RUN, devices quiesced)");
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  CaptureResult res;
+  fs::create_directories(dir);
+  const uint64_t prev = current_generation(dir);
+  res.generation = prev + 1;
+  const std::string gen = gen_name(res.generation);
+  // A diff only continues a chain this machine wrote or was restored from,
+  // in this directory, whose top is the generation `current` names.
+  const bool diff = !mem_chain_.empty() && snapshot_dir_ == dir && prev == generation_;
+  std::vector<std::string> chain = diff ? mem_chain_ : std::vector<std::string>{};
+  chain.push_back(gen + "/mem.layer");
+  res.full_layer = !diff;
+
+  // --- state, in memory
+  StateWriter body;
+  body.header(kBodyTag, kBodyVersion);
+  MachineSpec spec;
+  spec.host_kind = host_kind_name(host_kind_);
+  spec.config = config_;
+  for (auto& [base, dev] : devices()) spec.devices.emplace_back(dev->name(), base);
+  write_machine_spec(body, spec);
+  body.u64(res.generation);
+  body.u32(static_cast<uint32_t>(chain.size()));
+  for (const auto& p : chain) body.str(p);
+  x86::save_vm(*vm_, body);
+  body.u32(static_cast<uint32_t>(vcpus_.size()));
+  for (auto& v : vcpus_) x86::save_vcpu(*kvm_, *vm_, v->kvm(), body);
+  auto devs = devices();
+  body.u32(static_cast<uint32_t>(devs.size()));
+  for (auto& [base, dev] : devs) {
+    StateWriter w;
+    dev->save(w);
+    body.str(dev->name());
+    body.u64(base);
+    body.bytes(w.data().data(), w.data().size());
+  }
+  auto history = console_->tail(config_.console_ring_bytes);
+  body.bytes(history.data(), history.size());
+  ram_->collect_dirty(*vm_, dirty_);
+  std::vector<RamRegion> ram = ram_regions(ram_->memory());
+  std::vector<PageRef> pages;
+  if (diff) {
+    for (uint64_t w = 0; w < dirty_.size(); w++)
+      for (uint64_t bits = dirty_[w]; bits; bits &= bits - 1) {
+        uint64_t page = w * 64 + static_cast<uint64_t>(std::countr_zero(bits));
+        if (uint8_t* p = page_ptr(ram, page)) pages.push_back({page, p});
+      }
+  }
+  res.captured_ms = ms_since(t0);
+
+  // --- on disk
+  const std::string tmp = dir + "/" + gen + ".tmp";
+  fs::remove_all(tmp);
+  fs::create_directory(tmp);
+  LayerInfo layer;
+  if (diff) {
+    std::string parent = layer_identity(dir + "/" + mem_chain_.back());
+    layer = write_diff_layer(tmp + "/mem.layer", ram_->size(), parent, pages);
+    res.dirty_pages = pages.size();
+  } else {
+    layer = write_full_layer(tmp + "/mem.layer", ram);
+    res.dirty_pages = layer.pages;
+  }
+  HostFingerprint fp = probe_fingerprint(*kvm_, host_kind_);
+  write_state_file(tmp + "/vm.state", fp, body.data());
+  char manifest[512];
+  std::snprintf(manifest, sizeof manifest,
+                "{\"generation\":%llu,\"parent\":%llu,\"memory\":{\"kind\":\"%s\",\"pages\":%llu},\"layers\":[",
+                static_cast<unsigned long long>(res.generation), static_cast<unsigned long long>(prev),
+                diff ? "diff" : "full", static_cast<unsigned long long>(layer.pages));
+  std::string m = manifest;
+  for (size_t i = 0; i < chain.size(); i++) m += (i ? ",\"" : "\"") + chain[i] + "\"";
+  m += "]}\n";
+  write_file_synced(tmp + "/manifest.json", m);
+  fsync_path(tmp, true);
+  fs::remove_all(dir + "/" + gen);  // a leftover of a capture that died after its rename but before `current`
+  fs::rename(tmp, dir + "/" + gen);
+  fsync_path(dir, true);
+  write_file_synced(dir + "/current.tmp", gen + "\n");
+  fs::rename(dir + "/current.tmp", dir + "/" + kCurrent);
+  fsync_path(dir, true);
+  res.bytes = layer.file_bytes + file_bytes(dir + "/" + gen + "/vm.state") + m.size();
+  res.durable_ms = ms_since(t0);
+
+  // Only now, with the generation durable: the next diff starts from here.
+  std::fill(dirty_.begin(), dirty_.end(), 0);
+  snapshot_dir_ = dir;
+  mem_chain_ = chain;
+  generation_ = res.generation;
+  return res;
+}
+
+// ---------------------------------------------------------------- restore
+
+std::unique_ptr<GuestRam> restore_ram(KvmVm& vm, RestorePlan& plan) {
+  auto ram = std::make_unique<GuestRam>(vm, plan.memory->ram_bytes(), plan.memory->bottom_fd(), kMemoryDataOffset);
+  plan.memory->apply_diffs(ram_regions(ram->memory()));
+  return ram;
+}
+
+std::unique_ptr<Machine> Machine::restore(const std::string& dir, Callbacks callbacks) {
+  const uint64_t n = current_generation(dir);
+  if (n == 0) throw Error(code::kSnapshotInvalid, dir + " holds no snapshot (no 'current')");
+  auto plan = std::make_unique<RestorePlan>();
+  plan->dir = dir;
+  {
+    // The fingerprint check needs this host's KVM; nothing else is touched yet.
+    KvmSystem sys("/dev/kvm");
+    HostKind kind = detect_host_kind();
+    plan->body = read_state_file(dir + "/" + gen_name(n) + "/vm.state", probe_fingerprint(sys, kind));
+    plan->in = std::make_unique<StateReader>(plan->body);
+    StateReader& in = *plan->in;
+    in.expect_header(kBodyTag, kBodyVersion, kBodyVersion);
+    MachineSpec spec = read_machine_spec(in);
+    if (spec.host_kind != host_kind_name(kind))
+      throw Error(code::kSnapshotIncompatible,
+                  "the snapshot was taken on a " + spec.host_kind + " host; this one is " + host_kind_name(kind));
+    plan->generation = in.u64();
+    if (plan->generation != n) StateReader::fail("vm.state is for another generation than its directory");
+    uint32_t len = in.u32();
+    if (len == 0 || len > kMaxChain) StateReader::fail("bad memory chain length");
+    std::vector<std::string> paths;
+    for (uint32_t i = 0; i < len; i++) {
+      std::string p = in.str(256);
+      check_relative(p);
+      plan->chain.push_back(p);
+      paths.push_back(dir + "/" + p);
+    }
+    uint64_t ram_bytes = spec.config.memory_mib * x86::kMiB;
+    plan->memory = std::make_unique<MemoryChain>(MemoryChain::open(paths, ram_bytes));
+    plan->devices = spec.devices;
+    auto m = std::unique_ptr<Machine>(new Machine(spec.config, std::move(callbacks), plan.get()));
+    return m;
+  }
+}
+
+void Machine::load_state(RestorePlan& plan) {
+  StateReader& in = *plan.in;
+  // The platform was rebuilt from the spec: every device must be where it was.
+  auto devs = devices();
+  if (devs.size() != plan.devices.size()) StateReader::fail("the snapshot's devices differ from the rebuilt platform");
+  for (size_t i = 0; i < devs.size(); i++)
+    if (plan.devices[i].first != devs[i].second->name() || plan.devices[i].second != devs[i].first)
+      StateReader::fail("device " + plan.devices[i].first + " is not where the snapshot had it");
+  x86::restore_vm(*vm_, in);
+  uint32_t n = in.u32();
+  if (n != config_.vcpus) StateReader::fail("vCPU state count differs from the spec");
+  for (uint32_t i = 0; i < n; i++) {
+    auto kv = std::make_unique<KvmVcpu>(*kvm_, *vm_, i);
+    x86::restore_vcpu(*kvm_, *kv, in);
+    x86::notify_clock_paused(*kv);
+    vcpus_.push_back(std::make_unique<Vcpu>(std::move(kv), static_cast<VcpuHost&>(*this)));
+  }
+  uint32_t nd = in.u32();
+  if (nd != devs.size()) StateReader::fail("device state count differs from the spec");
+  for (auto& [base, dev] : devs) {
+    std::string name = in.str(64);
+    uint64_t b = in.u64();
+    if (name != dev->name() || b != base) StateReader::fail("device state out of order: " + name);
+    auto blob = in.bytes(16u << 20);
+    StateReader r(blob);
+    dev->restore(r);
+  }
+  auto history = in.bytes(64u << 20);
+  console_->seed(history.data(), history.size());
+  in.expect_end();
+  restored_ = true;
+  snapshot_dir_ = plan.dir;
+  mem_chain_ = plan.chain;
+  generation_ = plan.generation;
+}
+
+}  // namespace torpor
