@@ -226,6 +226,20 @@ Header read_header(int fd, const std::string& path, uint64_t& file_bytes) {
 }  // namespace
 
 LayerInfo write_full_layer(const std::string& path, const std::vector<RamRegion>& ram, bool sync) {
+  uint8_t id[kLayerIdentityBytes];
+  random_identity(id);
+  return write_full_layer_as(path, ram, id, sync);
+}
+
+LayerInfo write_diff_layer(const std::string& path, uint64_t ram_bytes, const std::string& parent_identity,
+                           const std::vector<PageRef>& pages, bool sync) {
+  uint8_t id[kLayerIdentityBytes];
+  random_identity(id);
+  return write_diff_layer_as(path, ram_bytes, parent_identity, pages, id, sync);
+}
+
+LayerInfo memory_format::write_full_layer_as(const std::string& path, const std::vector<RamRegion>& ram,
+                                             const uint8_t* id, bool sync) {
   const uint64_t ram_bytes = total_bytes(ram);
   if (ram_bytes > kMaxRamBytes) throw Error(code::kInvalidArgument, "RAM too large for a memory layer");
   RamMap map(ram);
@@ -239,14 +253,13 @@ LayerInfo write_full_layer(const std::string& path, const std::vector<RamRegion>
       content_crc, path);
   if (::ftruncate(fd.get(), static_cast<off_t>(kMemoryDataOffset + ram_bytes)) != 0)
     throw_sys_error(code::kIo, "size memory layer " + path);
-  uint8_t id[kLayerIdentityBytes];
-  random_identity(id);
   write_header_page(fd.get(), make_header(kKindFull, ram_bytes, id, nullptr, pages, content_crc), path);
   return finish(fd.get(), path, pages, sync);
 }
 
-LayerInfo write_diff_layer(const std::string& path, uint64_t ram_bytes, const std::string& parent_identity,
-                           const std::vector<PageRef>& pages, bool sync) {
+LayerInfo memory_format::write_diff_layer_as(const std::string& path, uint64_t ram_bytes,
+                                             const std::string& parent_identity, const std::vector<PageRef>& pages,
+                                             const uint8_t* id, bool sync) {
   if (ram_bytes == 0 || ram_bytes % kPageSize != 0 || ram_bytes > kMaxRamBytes)
     throw Error(code::kInvalidArgument, "RAM size must be a whole number of pages");
   uint8_t parent[kLayerIdentityBytes];
@@ -270,8 +283,6 @@ LayerInfo write_diff_layer(const std::string& path, uint64_t ram_bytes, const st
   std::vector<uint8_t> head(data_offset, 0);
   auto* index = reinterpret_cast<IndexEntry*>(head.data() + kHeaderPageBytes);
   for (size_t i = 0; i < n; i++) index[i] = {sorted[i].page, crcs[i], 0};
-  uint8_t id[kLayerIdentityBytes];
-  random_identity(id);
   Header h = make_header(kKindDiff, ram_bytes, id, parent, n, crc32c(index, n * kIndexEntryBytes));
   std::memcpy(head.data(), &h, sizeof h);
 

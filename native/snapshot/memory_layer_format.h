@@ -64,6 +64,13 @@ Header make_header(uint32_t kind, uint64_t ram_bytes, const uint8_t* identity, c
                    uint64_t page_count, uint32_t content_crc);
 std::string identity_hex(const uint8_t* id);
 bool parse_identity_hex(const std::string& hex, uint8_t* out);
+// The layer writers with a given identity instead of a random one (golden
+// files, tests); write_full_layer / write_diff_layer call these.
+LayerInfo write_full_layer_as(const std::string& path, const std::vector<RamRegion>& ram,
+                              const uint8_t* identity, bool sync);
+LayerInfo write_diff_layer_as(const std::string& path, uint64_t ram_bytes, const std::string& parent_identity,
+                              const std::vector<PageRef>& pages, const uint8_t* identity, bool sync);
+
 // CRC-32C of a page of zeros (what a hole contributes to a full layer's content checksum).
 uint32_t zero_page_crc();
 
