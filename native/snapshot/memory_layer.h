@@ -42,13 +42,18 @@ struct LayerInfo {
   uint64_t disk_bytes = 0;  // blocks allocated (st_blocks * 512)
 };
 
-// Writes a full layer of `ram` (regions concatenated) and fsyncs it.
-LayerInfo write_full_layer(const std::string& path, const std::vector<RamRegion>& ram);
+// Writes a full layer of `ram` (regions concatenated) and, with sync,
+// fdatasyncs it. Without sync the data is in the page cache only: call
+// sync_layer_file before declaring the generation durable (this split lets a
+// capture report its captured and durable times apart).
+LayerInfo write_full_layer(const std::string& path, const std::vector<RamRegion>& ram, bool sync = true);
 // Writes a diff layer over the layer whose identity is `parent_identity`
 // (as layer_identity returns it) and fsyncs it. `pages` may come in any
 // order; duplicates are refused (INVALID_ARGUMENT).
 LayerInfo write_diff_layer(const std::string& path, uint64_t ram_bytes, const std::string& parent_identity,
-                           const std::vector<PageRef>& pages);
+                           const std::vector<PageRef>& pages, bool sync = true);
+// fdatasync of a layer written with sync = false.
+void sync_layer_file(const std::string& path);
 // Reads and validates a layer's header; returns its identity (32 hex digits).
 std::string layer_identity(const std::string& path);
 
@@ -80,13 +85,17 @@ class MemoryChain {
 
  private:
   MemoryChain();
+  friend LayerInfo merge_memory_layers(const std::vector<std::string>&, uint64_t, const std::string&);
   std::vector<std::unique_ptr<Layer>> layers_;
   uint64_t ram_bytes_ = 0;
 };
 
 // Merges the chain `layer_paths` (bottom first) into one new full layer at
 // out_path, verifying every diff page and the bottom's content checksum as
-// it merges. The result has a new identity. Off the capture path.
+// it merges. The result carries the identity of the newest layer merged (it
+// holds the same memory), so diff layers above it still chain onto it. It is
+// written to out_path.tmp, synced and renamed: out_path is whole or absent.
+// Off the capture path.
 LayerInfo merge_memory_layers(const std::vector<std::string>& layer_paths, uint64_t ram_bytes,
                               const std::string& out_path);
 
