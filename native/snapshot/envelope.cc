@@ -9,7 +9,7 @@
 
 #include "devices/virtio/blk/file_io.h"
 #include "snapshot/crc32c.h"
-#include "vmm/fd.h"
+#include "base/fd.h"
 
 namespace torpor {
 namespace {

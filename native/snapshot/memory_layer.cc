@@ -14,7 +14,7 @@
 #include "devices/virtio/blk/file_io.h"
 #include "snapshot/crc32c.h"
 #include "snapshot/memory_layer_format.h"
-#include "vmm/fd.h"
+#include "base/fd.h"
 
 namespace torpor {
 
