@@ -1,7 +1,7 @@
 // Machine snapshots with guest/testvm: pause quiescing the devices, capture
 // and restore (in this process and in a child Node process), memory diff
 // layers, corrupt snapshots refused before any guest runs.
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync, truncateSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -71,6 +71,243 @@ kvmTest('pause quiesces vsock: host bytes sent while paused touch no guest page 
     s.destroy();
   } finally {
     await m.stop();
+  }
+});
+
+kvmTest('the counter keeps counting after a capture restored in a child Node process', async () => {
+  const dir = tempDir();
+  const m = await bootTestvm({ memoryMiB: 64 });
+  try {
+    assert.match(await testvmCommand(m, 'count start', 'count'), /running=1/);
+    assert.match(await testvmCommand(m, 'echo before-capture', 'echo'), /echo=before-capture/);
+    await sleep(100);
+    await m.pause();
+    const saved = Number(m.readGuest(COUNTER, 8).readBigUInt64LE());
+    assert.ok(saved > 0, 'the counter never ran');
+    const r = await m.snapshot(dir, { stop: true });
+    assert.is(r.generation, 1);
+    assert.ok(r.fullLayer);
+    assert.ok(r.durableMs >= r.capturedMs);
+    console.log(`  capture of 64 MiB (full layer, ${r.dirtyPages} pages): captured ${r.capturedMs.toFixed(2)} ms, durable ${r.durableMs.toFixed(2)} ms, ${r.bytes} bytes`);
+    const out = JSON.parse(child('counter', dir).trim().split('\n').pop()!) as {
+      atRestore: number; later: number; echo: string; tail: string;
+    };
+    assert.is(out.atRestore, saved, 'the counter was not restored to its saved value');
+    assert.ok(out.later > saved, `the counter did not advance after the restore (${out.later} <= ${saved})`);
+    assert.is(out.echo, 'echo=restored child');
+    assert.ok(out.tail.indexOf('echo=before-capture') < out.tail.indexOf('echo=restored child'), 'console history lost');
+  } finally {
+    await m.stop();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+kvmTest('capture/restore cycles: diff layers hold the pages the guest wrote, verified after each restore', async () => {
+  const dir = tempDir();
+  const mem = 128;
+  const m = await bootTestvm({ memoryMiB: mem });
+  const expect = new Map<number, number>(); // page address -> tagged word
+  try {
+    let first = await m.snapshot(dir);
+    assert.ok(first.fullLayer);
+    for (let cycle = 0; cycle < 8; cycle++) {
+      const runs = 1 + (cycle % 4);
+      let written = 0;
+      for (let r = 0; r < runs; r++) {
+        const pages = 1 + Math.floor(Math.random() * 16);
+        const base = 0x1000000 + Math.floor(Math.random() * 4096) * 4096 * 4; // 16..80 MiB
+        const tag = (0x5e000000 + cycle * 0x100 + r) >>> 0;
+        const line = await testvmCommand(m, `mem-write 0x${tag.toString(16)} ${pages} 0x${base.toString(16)}`, 'mem-write');
+        assert.match(line, /^mem-write=ok/);
+        for (let i = 0; i < pages; i++) {
+          const addr = base + i * 4096;
+          if (!expect.has(addr)) written++;
+          expect.set(addr, (tag ^ addr) >>> 0);
+        }
+      }
+      const r = await m.snapshot(dir);
+      assert.not.ok(r.fullLayer);
+      assert.is(r.generation, cycle + 2);
+      // Every page written is in the diff; the rest is the guest's own stack, status page and ring.
+      assert.ok(r.dirtyPages >= written, `diff has ${r.dirtyPages} pages, ${written} were written`);
+      assert.ok(r.dirtyPages <= written + 64, `diff has ${r.dirtyPages} pages for ${written} written`);
+      const back = await Machine.restore(dir, { state: 'paused' });
+      try {
+        for (const [addr, word] of expect) assert.is(back.readGuest(addr, 4).readUInt32LE(), word, `page 0x${addr.toString(16)}`);
+      } finally {
+        await back.stop();
+      }
+      first = r;
+    }
+    // The last restore runs: the guest answers.
+    const back = await Machine.restore(dir);
+    assert.match(await testvmCommand(back, 'echo after-cycles', 'echo'), /echo=after-cycles/);
+    await back.stop();
+  } finally {
+    await m.stop();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+kvmTest('corrupt snapshots are refused before any guest runs', async () => {
+  const dir = tempDir();
+  const m = await bootTestvm({ memoryMiB: 32 });
+  try {
+    await m.snapshot(dir, { stop: true });
+    const state = join(dir, 'gen-1', 'vm.state');
+    const good = readFileSync(state);
+    const cases: Array<[string, () => void]> = [
+      ['bit flip', () => { const b = Buffer.from(good); const i = Math.floor(b.length / 2); b[i] = b[i]! ^ 0x10; writeFileSync(state, b); }],
+      ['truncated', () => { writeFileSync(state, good); truncateSync(state, good.length - 9); }],
+      ['wrong version', () => { const b = Buffer.from(good); b.writeUInt32LE(999, 8); writeFileSync(state, b); }],
+      ['empty', () => writeFileSync(state, Buffer.alloc(0))],
+    ];
+    for (const [name, corrupt] of cases) {
+      corrupt();
+      try {
+        await Machine.restore(dir);
+        assert.unreachable(`${name}: restored`);
+      } catch (e) {
+        assert.is((e as { code?: string }).code, 'SNAPSHOT_INVALID', `${name}: ${String(e)}`);
+      }
+    }
+    writeFileSync(state, good);
+    const ok = await Machine.restore(dir, { state: 'paused' });
+    await ok.stop();
+    // A missing memory layer is refused too.
+    rmSync(join(dir, 'gen-1', 'mem.layer'));
+    try {
+      await Machine.restore(dir);
+      assert.unreachable('restored without its memory layer');
+    } catch (e) {
+      assert.ok(['SNAPSHOT_INVALID', 'IO_ERROR'].includes((e as { code?: string }).code!), String(e));
+    }
+  } finally {
+    await m.stop();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+kvmTest('a one-shot LAPIC timer armed before the capture fires after the restore', async () => {
+  const dir = tempDir();
+  const m = await bootTestvm({ memoryMiB: 32 });
+  try {
+    m.consoleWrite('timer 1500000\n'); // 1.5 s; the guest spins until it fires
+    await sleep(200);
+    assert.not.match(m.consoleTail().toString(), /timer=/, 'the timer fired before the capture');
+    await m.snapshot(dir, { stop: true });
+    const back = await Machine.restore(dir);
+    try {
+      assert.match(await back.waitForConsole(/timer=\w+ [^\n]*\n/, 15_000), /^timer=ok /);
+    } finally {
+      await back.stop();
+    }
+  } finally {
+    await m.stop();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+kvmTest('vsock is reset at restore: the guest drops its connections, the host reconnects and echoes', async () => {
+  const dir = tempDir();
+  const m = await bootTestvm({ vsockCid: 3, memoryMiB: 32 });
+  try {
+    const s = await m.vsockConnect(7);
+    let got = '';
+    s.on('data', (d: Buffer) => (got += d.toString('latin1')));
+    s.write('before\n');
+    await until(() => got === 'before\n', 'the echo before the capture');
+    await m.snapshot(dir, { stop: true });
+    s.destroy();
+    const back = await Machine.restore(dir);
+    try {
+      const t = await back.vsockConnect(7);
+      let echoed = '';
+      t.on('data', (d: Buffer) => (echoed += d.toString('latin1')));
+      t.write('after restore\n');
+      await until(() => echoed === 'after restore\n', 'the echo after the restore');
+      t.destroy();
+      assert.match(await testvmCommand(back, 'vsock', 'vsock'), /transport_resets=1 /);
+    } finally {
+      await back.stop();
+    }
+  } finally {
+    await m.stop();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+kvmTest('SIGKILL of a process capturing, at random moments: the previous generation always restores intact', async () => {
+  const dir = tempDir();
+  const m = await bootTestvm({ memoryMiB: 32 });
+  try {
+    assert.match(await testvmCommand(m, 'count start', 'count'), /running=1/);
+    await m.snapshot(dir, { stop: true });
+    const rounds = Number(process.env.TORPOR_SNAPSHOT_KILL_ROUNDS ?? 20);
+    let generations = 0;
+    for (let i = 0; i < rounds; i++) {
+      const c = spawn(process.execPath, ['--import', 'tsx', 'test/fixtures/snapshot-child.ts', 'capture', dir, '1000'], {
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
+      let out = '';
+      c.stdout.on('data', (d: Buffer) => (out += d.toString()));
+      const exited = new Promise<void>((resolve) => c.on('exit', () => resolve()));
+      // Wait for the child to be capturing, then kill it somewhere in a capture.
+      await until(() => out.includes('gen '), 'the child capturing', 30_000);
+      await sleep(Math.random() * 150);
+      c.kill('SIGKILL');
+      await exited;
+      generations += (out.match(/gen /g) ?? []).length;
+      const back = await Machine.restore(dir, { state: 'paused' });
+      try {
+        assert.is(back.readGuest(0x100000, 4).readUInt32LE(), 0x314d5654, 'status page magic');
+        await back.resume();
+        assert.match(await testvmCommand(back, `echo round-${i}`, 'echo'), new RegExp(`echo=round-${i}`));
+      } finally {
+        await back.stop();
+      }
+    }
+    console.log(`  ${rounds} kills, ${generations} generations completed by the killed children`);
+  } finally {
+    await m.stop();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+kvmTest('disk: data written before the capture reads back after the restore; each restore writes its own top layer', async () => {
+  const dir = tempDir();
+  const base = join(dir, '..', `${dir.split('/').pop()}-base.img`);
+  writeFileSync(base, Buffer.alloc(0));
+  truncateSync(base, 16 * MiB);
+  const m = await bootTestvm({ memoryMiB: 32, disks: [{ base, overlay: join(dir, 'live.overlay') }] });
+  try {
+    assert.match(await testvmCommand(m, 'blk-write 8 0x11110000 4', 'blk-write'), /^blk-write=ok/);
+    await m.snapshot(dir);
+    // Written after the capture: not part of generation 1.
+    assert.match(await testvmCommand(m, 'blk-write 64 0x22220000 4', 'blk-write'), /^blk-write=ok/);
+    await m.stop();
+    const a = await Machine.restore(dir);
+    assert.match(await testvmCommand(a, 'blk-verify 8 0x11110000 4', 'blk-verify'), /^blk-verify=ok/);
+    assert.match(await testvmCommand(a, 'blk-verify 64 0x22220000 4', 'blk-verify'), /^blk-verify=bad/);
+    assert.match(await testvmCommand(a, 'blk-write 128 0x33330000 4', 'blk-write'), /^blk-write=ok/);
+    assert.match(await testvmCommand(a, 'blk-flush', 'blk-flush'), /^blk-flush=ok/);
+    await a.stop();
+    // Another restore of the same generation does not see the first one's writes.
+    const b = await Machine.restore(dir);
+    assert.match(await testvmCommand(b, 'blk-verify 8 0x11110000 4', 'blk-verify'), /^blk-verify=ok/);
+    assert.match(await testvmCommand(b, 'blk-verify 128 0x33330000 4', 'blk-verify'), /^blk-verify=bad/);
+    // A second generation from the restored machine: both layers hold.
+    assert.match(await testvmCommand(b, 'blk-write 256 0x44440000 4', 'blk-write'), /^blk-write=ok/);
+    const g2 = await b.snapshot(dir, { stop: true });
+    assert.is(g2.generation, 2);
+    const c = await Machine.restore(dir);
+    assert.match(await testvmCommand(c, 'blk-verify 8 0x11110000 4', 'blk-verify'), /^blk-verify=ok/);
+    assert.match(await testvmCommand(c, 'blk-verify 256 0x44440000 4', 'blk-verify'), /^blk-verify=ok/);
+    await c.stop();
+  } finally {
+    await m.stop();
+    rmSync(dir, { recursive: true, force: true });
+    rmSync(base, { force: true });
   }
 });
 

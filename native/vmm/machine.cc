@@ -13,6 +13,7 @@
 #include "common/error.h"
 #include "devices/i8042/i8042.h"
 #include "devices/serial/serial_8250.h"
+#include "snapshot/disk_layers.h"
 #include "vmm/machine_snapshot.h"
 #include "vmm/reaper.h"
 #include "vmm/x86_64/boot.h"
@@ -128,7 +129,13 @@ Machine::Machine(const MachineConfig& cfg, Callbacks callbacks, RestorePlan* pla
   };
   for (const auto& disk : cfg.disks) {
     auto irq = next_irq();
-    auto dev = make_virtio_blk(ram_->memory(), *irq, *loop_, disk);
+    // A restored disk: base, the overlays earlier generations froze, a new top.
+    auto dev = disk.frozen_overlays.empty()
+                   ? make_virtio_blk(ram_->memory(), *irq, *loop_, disk)
+                   : make_virtio_blk_on(ram_->memory(), *irq, *loop_,
+                                        open_disk_chain(disk.base_path, disk.frozen_overlays, disk.overlay_path,
+                                                        disk.size_bytes),
+                                        disk);
     add_virtio(std::move(dev), std::move(irq));
   }
   if (cfg.vsock_cid) {

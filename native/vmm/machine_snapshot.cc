@@ -16,6 +16,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <bit>
 #include <chrono>
 #include <cstdio>
@@ -23,6 +25,8 @@
 #include <fstream>
 
 #include "common/error.h"
+#include "devices/virtio/blk/blk_device.h"
+#include "devices/virtio/blk/overlay_disk.h"
 #include "snapshot/envelope.h"
 #include "vmm/fingerprint_probe.h"
 #include "vmm/machine.h"
@@ -38,7 +42,11 @@ namespace {
 
 constexpr const char* kBodyTag = "torpor-machine";
 constexpr uint32_t kBodyVersion = 1;
-constexpr uint32_t kMaxChain = 64;
+constexpr uint32_t kMaxChain = 64;      // what a restore accepts
+// A capture whose chain would grow past this writes a full layer instead, so
+// a restore never reads more than this many layers. (Merging the chain off
+// the capture path, merge_memory_layers, is the better answer: not yet wired.)
+constexpr size_t kChainBound = 32;
 constexpr const char* kCurrent = "current";
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
@@ -115,6 +123,65 @@ uint8_t* page_ptr(const std::vector<RamRegion>& ram, uint64_t page) {
   return nullptr;
 }
 
+// A frozen disk layer into a generation: a hard link (the old top is never
+// written again), or a sparse copy across filesystems. Data and map.
+void link_or_copy(const std::string& from, const std::string& to) {
+  if (::link(from.c_str(), to.c_str()) == 0) return;
+  if (errno != EXDEV && errno != EPERM) throw_sys_error(code::kIo, "link " + from + " -> " + to);
+  int in = ::open(from.c_str(), O_RDONLY | O_CLOEXEC);
+  if (in < 0) throw_sys_error(code::kIo, "open " + from);
+  int out = ::open(to.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (out < 0) {
+    int e = errno;
+    ::close(in);
+    throw_sys_error(code::kIo, "create " + to, e);
+  }
+  struct stat st;
+  int rc = ::fstat(in, &st);
+  std::vector<uint8_t> buf(1 << 20);
+  off_t pos = 0;
+  while (rc == 0 && pos < st.st_size) {
+    off_t data = ::lseek(in, pos, SEEK_DATA);
+    if (data < 0) break;  // only a hole is left
+    off_t hole = ::lseek(in, data, SEEK_HOLE);
+    if (hole < 0) hole = st.st_size;
+    for (off_t o = data; o < hole && rc == 0;) {
+      size_t n = static_cast<size_t>(std::min<off_t>(hole - o, static_cast<off_t>(buf.size())));
+      if (::pread(in, buf.data(), n, o) != static_cast<ssize_t>(n) || ::pwrite(out, buf.data(), n, o) != static_cast<ssize_t>(n))
+        rc = -1;
+      o += static_cast<off_t>(n);
+    }
+    pos = hole;
+  }
+  if (rc == 0) rc = ::ftruncate(out, st.st_size);
+  if (rc == 0) rc = ::fdatasync(out);
+  int e = errno;
+  ::close(in);
+  ::close(out);
+  if (rc != 0) throw_sys_error(code::kIo, "copy " + from + " -> " + to, e);
+}
+
+// Paths of disk layers in the state: relative to the snapshot directory
+// when inside it (the directory can move), absolute otherwise.
+std::string path_for_state(const std::string& dir, const std::string& p) {
+  std::string prefix = dir + "/";
+  return p.rfind(prefix, 0) == 0 ? p.substr(prefix.size()) : p;
+}
+
+std::string path_from_state(const std::string& dir, const std::string& p) {
+  if (!p.empty() && p.front() == '/') return p;
+  check_relative(p);
+  return dir + "/" + p;
+}
+
+// A new, unique top overlay for a disk under <dir>/tops/.
+std::string new_top_path(const std::string& dir, size_t disk, const char* why, uint64_t generation) {
+  static std::atomic<uint64_t> seq{0};
+  fs::create_directories(dir + "/tops");
+  return dir + "/tops/disk" + std::to_string(disk) + "-" + why + std::to_string(generation) + "-" +
+         std::to_string(::getpid()) + "-" + std::to_string(seq.fetch_add(1)) + ".overlay";
+}
+
 uint64_t file_bytes(const std::string& path) {
   struct stat st;
   return ::stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
@@ -150,7 +217,7 @@ CaptureResult Machine::capture(const std::string& dir) {
   const std::string gen = gen_name(res.generation);
   // A diff only continues a chain this machine wrote or was restored from,
   // in this directory, whose top is the generation `current` names.
-  const bool diff = !mem_chain_.empty() && snapshot_dir_ == dir && prev == generation_;
+  const bool diff = !mem_chain_.empty() && snapshot_dir_ == dir && prev == generation_ && mem_chain_.size() < kChainBound;
   std::vector<std::string> chain = diff ? mem_chain_ : std::vector<std::string>{};
   chain.push_back(gen + "/mem.layer");
   res.full_layer = !diff;
@@ -161,6 +228,27 @@ CaptureResult Machine::capture(const std::string& dir) {
   MachineSpec spec;
   spec.host_kind = host_kind_name(host_kind_);
   spec.config = config_;
+  // Disks: each writable top is frozen into the generation (disk<i>.overlay)
+  // and a new top takes the writes from here on; a restore opens base +
+  // frozen layers + a top of its own.
+  struct Freeze {
+    size_t disk;
+    std::string old_top, frozen, new_top;
+  };
+  std::vector<Freeze> freezes;
+  for (size_t i = 0; i < spec.config.disks.size(); i++) {
+    BlkOptions& d = spec.config.disks[i];
+    VirtioBlkDevice* blk = virtio_blk_of(*virtio_[i].dev);
+    if (!blk) throw Error(code::kInternal, "disk " + std::to_string(i) + " is not a virtio-blk device");
+    d.size_bytes = blk->disk().size();
+    if (!d.read_only && !d.overlay_path.empty()) {
+      Freeze f{i, d.overlay_path, dir + "/" + gen + "/disk" + std::to_string(i) + ".overlay", ""};
+      d.frozen_overlays.push_back(f.frozen);
+      freezes.push_back(std::move(f));
+    }
+    d.overlay_path.clear();
+    for (auto& p : d.frozen_overlays) p = path_for_state(dir, p);
+  }
   for (auto& [base, dev] : devices()) spec.devices.emplace_back(dev->name(), base);
   write_machine_spec(body, spec);
   body.u64(res.generation);
@@ -196,6 +284,21 @@ CaptureResult Machine::capture(const std::string& dir) {
   const std::string tmp = dir + "/" + gen + ".tmp";
   fs::remove_all(tmp);
   fs::create_directory(tmp);
+  uint64_t disk_bytes = 0;
+  for (auto& f : freezes) {
+    VirtioMmioDevice& dev = *virtio_[f.disk].dev;
+    if (int rc = virtio_blk_flush(dev); rc < 0) throw_sys_error(code::kIo, "flush disk " + std::to_string(f.disk), -rc);
+    std::string name = "/disk" + std::to_string(f.disk) + ".overlay";
+    link_or_copy(f.old_top, tmp + name);
+    link_or_copy(OverlayDisk::map_path(f.old_top), OverlayDisk::map_path(tmp + name));
+    disk_bytes += file_bytes(tmp + name) + file_bytes(OverlayDisk::map_path(tmp + name));
+    f.new_top = new_top_path(dir, f.disk, "g", res.generation);
+    if (int rc = virtio_blk_push_overlay(dev, f.new_top); rc < 0)
+      throw_sys_error(code::kIo, "new top layer for disk " + std::to_string(f.disk), -rc);
+    // The disk's layout changed whatever happens next: the old top is a lower layer now.
+    config_.disks[f.disk].frozen_overlays.push_back(f.old_top);
+    config_.disks[f.disk].overlay_path = f.new_top;
+  }
   LayerInfo layer;
   if (diff) {
     std::string parent = layer_identity(dir + "/" + mem_chain_.back());
@@ -223,7 +326,9 @@ CaptureResult Machine::capture(const std::string& dir) {
   write_file_synced(dir + "/current.tmp", gen + "\n");
   fs::rename(dir + "/current.tmp", dir + "/" + kCurrent);
   fsync_path(dir, true);
-  res.bytes = layer.file_bytes + file_bytes(dir + "/" + gen + "/vm.state") + m.size();
+  res.bytes = layer.file_bytes + file_bytes(dir + "/" + gen + "/vm.state") + m.size() + disk_bytes;
+  // The frozen layers now live in the generation (same inode, or a copy).
+  for (auto& f : freezes) config_.disks[f.disk].frozen_overlays.back() = f.frozen;
   res.durable_ms = ms_since(t0);
 
   // Only now, with the generation durable: the next diff starts from here.
@@ -269,6 +374,11 @@ std::unique_ptr<Machine> Machine::restore(const std::string& dir, Callbacks call
       check_relative(p);
       plan->chain.push_back(p);
       paths.push_back(dir + "/" + p);
+    }
+    for (size_t i = 0; i < spec.config.disks.size(); i++) {
+      BlkOptions& d = spec.config.disks[i];
+      for (auto& p : d.frozen_overlays) p = path_from_state(dir, p);
+      if (!d.read_only) d.overlay_path = new_top_path(dir, i, "r", n);
     }
     uint64_t ram_bytes = spec.config.memory_mib * x86::kMiB;
     plan->memory = std::make_unique<MemoryChain>(MemoryChain::open(paths, ram_bytes));

@@ -8,6 +8,7 @@ constexpr uint32_t kVersion = 1;
 constexpr size_t kMaxPath = 4096;
 constexpr size_t kMaxCmdline = 64 * 1024;
 constexpr uint32_t kMaxDevices = 64;
+constexpr uint32_t kMaxFrozen = 4096;
 }  // namespace
 
 void write_machine_spec(StateWriter& out, const MachineSpec& spec) {
@@ -25,6 +26,8 @@ void write_machine_spec(StateWriter& out, const MachineSpec& spec) {
     out.u64(d.size_bytes);
     out.boolean(d.read_only);
     out.str(d.serial);
+    out.u32(static_cast<uint32_t>(d.frozen_overlays.size()));
+    for (const auto& f : d.frozen_overlays) out.str(f);
   }
   out.boolean(c.vsock_cid.has_value());
   out.u64(c.vsock_cid.value_or(0));
@@ -57,6 +60,9 @@ MachineSpec read_machine_spec(StateReader& in) {
     d.size_bytes = in.u64();
     d.read_only = in.boolean();
     d.serial = in.str(20);
+    uint32_t frozen = in.u32();
+    if (frozen > kMaxFrozen) StateReader::fail("machine spec: too many frozen disk layers");
+    for (uint32_t j = 0; j < frozen; j++) d.frozen_overlays.push_back(in.str(kMaxPath));
     c.disks.push_back(std::move(d));
   }
   bool vsock = in.boolean();
