@@ -6,7 +6,10 @@
 // Machines never keep the event loop alive on their own: only a pending
 // promise (start, pause, a vsock connect) does.
 import { EventEmitter } from 'node:events';
+import { mkdtempSync } from 'node:fs';
 import net from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 
 import { InvalidArgumentError, TimeoutError, TorporError } from '../errors.js';
 import { loadNative } from '../native.js';
@@ -195,6 +198,20 @@ export class Machine extends EventEmitter<MachineEvents> {
       else if (wasRunning) await this.#native.resume();
       return result;
     });
+  }
+
+  /**
+   * Forks `count` children from this machine: it pauses briefly while a generation is captured
+   * into `dir` (default: a new temporary directory, kept: the children's layers live there),
+   * then continues; the children restore from that generation, running, sharing its memory
+   * image copy-on-write (MAP_PRIVATE of one file) and each writing its disks to a top layer of
+   * its own. Parent and children diverge from there.
+   */
+  async fork(count: number, dir?: string): Promise<Machine[]> {
+    checkInt('count', count, 1, 256);
+    const where = dir ?? mkdtempSync(join(tmpdir(), 'torpor-fork-'));
+    await this.snapshot(where);
+    return Promise.all(Array.from({ length: count }, () => Machine.restore(where)));
   }
 
   /** Pages written since the last generation (by the guest or the devices). Diagnostics and tests. */
