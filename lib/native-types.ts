@@ -101,9 +101,10 @@ export interface NativeMachine {
   start(paused?: boolean): Promise<void>;
   /**
    * Pauses (if running), then writes a generation into dir on a worker thread. The machine
-   * stays paused. Rejects with INVALID_STATE unless running or paused, IO_ERROR on a write failure.
+   * stays paused, or with resumeWhenCaptured runs again once its state and memory are copied
+   * out (capturedMs), while the generation is made durable. Rejects with INVALID_STATE unless running or paused, IO_ERROR on a write failure.
    */
-  snapshot(dir: string): Promise<NativeSnapshotResult>;
+  snapshot(dir: string, resumeWhenCaptured?: boolean): Promise<NativeSnapshotResult>;
   /** Pages written since the last generation (guest and devices). Reads KVM's dirty log; loses nothing. */
   dirtyPageCount(): number;
   /** Resolves when every vCPU is out of KVM_RUN with its pending I/O completed. */

@@ -192,10 +192,10 @@ export class Machine extends EventEmitter<MachineEvents> {
   snapshot(dir: string, opts: SnapshotOptions = {}): Promise<SnapshotResult> {
     checkString('dir', dir, true);
     return this.#serial(async () => {
-      const wasRunning = this.#native.state() === 'running';
-      const result = await this.#native.snapshot(dir);
+      // A running machine continues as soon as it is captured, while the generation is written.
+      const resume = this.#native.state() === 'running' && !opts.stop;
+      const result = await this.#native.snapshot(dir, resume);
       if (opts.stop) await this.#native.stop();
-      else if (wasRunning) await this.#native.resume();
       return result;
     });
   }

@@ -164,11 +164,29 @@ class CodedWorker : public Napi::AsyncWorker {
 // Captures a paused machine into a directory (fdatasync included).
 class CaptureWorker final : public CodedWorker {
  public:
-  CaptureWorker(Napi::Env env, Napi::Object self, MachineWrap* wrap, uint64_t id, std::string dir)
+  CaptureWorker(Napi::Env env, Napi::Object self, MachineWrap* wrap, uint64_t id, std::string dir, bool resume)
       : CodedWorker(env, "torpor.capture"), self_(Napi::Persistent(self)), wrap_(wrap), machine_(wrap->machine_ptr()),
-        id_(id), dir_(std::move(dir)) {}
+        id_(id), dir_(std::move(dir)), resume_(resume) {}
   void Execute() override {
-    run([&] { result_ = machine_->capture(dir_); });
+    bool resumed = false;
+    run([&] {
+      result_ = machine_->capture(dir_, [&] {
+        // Captured: the machine continues while the generation is written.
+        resumed = true;
+        if (!resume_) return;
+        try {
+          machine_->resume();
+        } catch (...) {
+          // Ended meanwhile (the guest, or a stop): nothing to continue.
+        }
+      });
+    });
+    if (resume_ && !resumed) {
+      try {
+        machine_->resume();  // the capture failed before its copy: continue as before
+      } catch (...) {
+      }
+    }
   }
   void OnOK() override {
     Napi::Env env = Env();
@@ -181,6 +199,7 @@ class CaptureWorker final : public CodedWorker {
   Machine* machine_;
   uint64_t id_;
   std::string dir_;
+  bool resume_;
   CaptureResult result_;
 };
 
@@ -246,17 +265,18 @@ Napi::Value MachineWrap::snapshot(const Napi::CallbackInfo& info) {
     Machine& m = live_machine();
     if (!info[0].IsString()) throw Error(code::kInvalidArgument, "snapshot: dir must be a string");
     std::string dir = info[0].As<Napi::String>().Utf8Value();
+    bool resume = info[1].IsBoolean() && info[1].As<Napi::Boolean>().Value();
     auto [id, promise] = new_promise(env);
     auto bridge = bridge_;
     auto handle = handle_;
-    Machine::Done after_pause = [bridge, handle, id, dir](const char* code, const std::string& message) {
+    Machine::Done after_pause = [bridge, handle, id, dir, resume](const char* code, const std::string& message) {
       std::string c = code ? code : "";
-      bridge->post([handle, id, c, message, dir](Napi::Env env, Napi::Function) {
+      bridge->post([handle, id, c, message, dir, resume](Napi::Env env, Napi::Function) {
         if (!handle->wrap) return;
         if (!c.empty())
           handle->wrap->settle(env, id, c, message, env.Undefined());
         else
-          handle->wrap->queue_capture(env, id, dir);
+          handle->wrap->queue_capture(env, id, dir, resume);
       });
     };
     try {
@@ -268,12 +288,12 @@ Napi::Value MachineWrap::snapshot(const Napi::CallbackInfo& info) {
   });
 }
 
-void MachineWrap::queue_capture(Napi::Env env, uint64_t id, const std::string& dir) {
+void MachineWrap::queue_capture(Napi::Env env, uint64_t id, const std::string& dir, bool resume) {
   if (torn_down_ || !machine_ || machine_->released()) {
     settle(env, id, code::kInvalidState, "the machine was stopped before its capture", env.Undefined());
     return;
   }
-  (new CaptureWorker(env, Value(), this, id, dir))->Queue();
+  (new CaptureWorker(env, Value(), this, id, dir, resume))->Queue();
 }
 
 Napi::Value MachineWrap::dirty_page_count(const Napi::CallbackInfo& info) {

@@ -107,7 +107,10 @@ class Machine final : private VcpuHost {
   // KVM_RUN, devices quiesced) and stays so. A full memory layer the first
   // time into a directory, then diff layers of the pages written since.
   // Blocking (disk writes, fdatasync): a worker thread only.
-  CaptureResult capture(const std::string& dir);
+  // on_captured runs (on the calling thread) once the state and the memory
+  // to write are copied out: from then on the machine may run again
+  // (resume() is safe there) while the generation is made durable.
+  CaptureResult capture(const std::string& dir, const std::function<void()>& on_captured = {});
   // Pages written since the last generation, by the guest or by the devices
   // (reads KVM's dirty log; nothing is lost for the next capture).
   uint64_t dirty_page_count();

@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <atomic>
 #include <bit>
+#include <cstring>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -200,7 +201,7 @@ uint64_t Machine::dirty_page_count() {
   return n;
 }
 
-CaptureResult Machine::capture(const std::string& dir) {
+CaptureResult Machine::capture(const std::string& dir, const std::function<void()>& on_captured) {
   std::lock_guard<std::mutex> serial(stop_mu_);
   if (released_.load()) throw Error(code::kInvalidState, "capture: the machine was stopped");
   {
@@ -270,17 +271,6 @@ CaptureResult Machine::capture(const std::string& dir) {
   body.bytes(history.data(), history.size());
   ram_->collect_dirty(*vm_, dirty_);
   std::vector<RamRegion> ram = ram_regions(ram_->memory());
-  std::vector<PageRef> pages;
-  if (diff) {
-    for (uint64_t w = 0; w < dirty_.size(); w++)
-      for (uint64_t bits = dirty_[w]; bits; bits &= bits - 1) {
-        uint64_t page = w * 64 + static_cast<uint64_t>(std::countr_zero(bits));
-        if (uint8_t* p = page_ptr(ram, page)) pages.push_back({page, p});
-      }
-  }
-  res.captured_ms = ms_since(t0);
-
-  // --- on disk
   const std::string tmp = dir + "/" + gen + ".tmp";
   fs::remove_all(tmp);
   fs::create_directory(tmp);
@@ -299,14 +289,39 @@ CaptureResult Machine::capture(const std::string& dir) {
     config_.disks[f.disk].frozen_overlays.push_back(f.old_top);
     config_.disks[f.disk].overlay_path = f.new_top;
   }
+  // Memory, while the machine is still stopped: the dirty pages copied out
+  // (diff), or the whole image written into the page cache (full layer).
   LayerInfo layer;
+  std::vector<uint8_t> copy;
+  std::vector<PageRef> pages;
+  if (diff) {
+    uint64_t n = 0;
+    for (uint64_t w : dirty_) n += static_cast<uint64_t>(std::popcount(w));
+    copy.resize(n * kPageSize);
+    for (uint64_t w = 0; w < dirty_.size(); w++)
+      for (uint64_t bits = dirty_[w]; bits; bits &= bits - 1) {
+        uint64_t page = w * 64 + static_cast<uint64_t>(std::countr_zero(bits));
+        const uint8_t* p = page_ptr(ram, page);
+        if (!p) continue;
+        uint8_t* dst = copy.data() + pages.size() * kPageSize;
+        std::memcpy(dst, p, kPageSize);
+        pages.push_back({page, dst});
+      }
+  } else {
+    layer = write_full_layer(tmp + "/mem.layer", ram, /*sync=*/false);
+    res.dirty_pages = layer.pages;
+  }
+  res.captured_ms = ms_since(t0);
+  // The machine may continue now: what is left reads only the copies above.
+  if (on_captured) on_captured();
+
+  // --- durable
   if (diff) {
     std::string parent = layer_identity(dir + "/" + mem_chain_.back());
     layer = write_diff_layer(tmp + "/mem.layer", ram_->size(), parent, pages);
     res.dirty_pages = pages.size();
   } else {
-    layer = write_full_layer(tmp + "/mem.layer", ram);
-    res.dirty_pages = layer.pages;
+    sync_layer_file(tmp + "/mem.layer");
   }
   HostFingerprint fp = probe_fingerprint(*kvm_, host_kind_);
   write_state_file(tmp + "/vm.state", fp, body.data());
