@@ -289,7 +289,7 @@ Napi::Value MachineWrap::snapshot(const Napi::CallbackInfo& info) {
 }
 
 void MachineWrap::queue_capture(Napi::Env env, uint64_t id, const std::string& dir, bool resume) {
-  if (torn_down_ || !machine_ || machine_->released()) {
+  if (torn_down_ || stopping_ || !machine_ || machine_->released()) {
     settle(env, id, code::kInvalidState, "the machine was stopped before its capture", env.Undefined());
     return;
   }
@@ -337,6 +337,7 @@ void MachineWrap::teardown(bool defer_kvm) {
 
 Machine& MachineWrap::live_machine() {
   if (torn_down_ || !machine_) throw Error(code::kInvalidState, "the machine was torn down");
+  if (stopping_) throw Error(code::kInvalidState, "the machine was stopped: its memory, devices and vsock were released");
   if (machine_->released())
     throw Error(code::kInvalidState, "the machine was stopped: its memory, devices and vsock were released");
   return *machine_;
@@ -426,17 +427,53 @@ Napi::Value MachineWrap::resume(const Napi::CallbackInfo& info) {
   });
 }
 
+namespace {
+
+// stop() and release() on the thread pool: joining the vCPU and I/O threads,
+// closing the devices' files (a disk overlay's final flush) never block JS.
+class StopWorker final : public Napi::AsyncWorker {
+ public:
+  StopWorker(Napi::Env env, Napi::Object self, Machine* machine, Napi::Promise::Deferred deferred)
+      : Napi::AsyncWorker(env, "torpor.stop"), self_(Napi::Persistent(self)), machine_(machine), deferred_(deferred) {}
+  void Execute() override {
+    try {
+      // One call, one hold of the machine's stop lock: stops, then gives back
+      // fds, RAM and threads now, not at garbage collection.
+      reason_ = machine_->release();
+    } catch (const std::exception& e) {
+      reason_.kind = "internal-error";
+      reason_.message = e.what();
+    }
+  }
+  void OnOK() override {
+    Napi::Object o = Napi::Object::New(Env());
+    o.Set("kind", reason_.kind);
+    o.Set("message", reason_.message);
+    o.Set("consoleTail", reason_.console_tail);
+    deferred_.Resolve(o);
+  }
+
+ private:
+  Napi::ObjectReference self_;  // keeps the wrap and its machine alive until done
+  Machine* machine_;
+  Napi::Promise::Deferred deferred_;
+  ExitReason reason_;
+};
+
+}  // namespace
+
 Napi::Value MachineWrap::stop(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   return guarded(env, [&]() -> Napi::Value {
     auto d = Napi::Promise::Deferred::New(env);
-    if (!machine_) {
+    if (!machine_ || torn_down_) {
       d.Reject(make_js_error(env, code::kInvalidState, "the machine was torn down").Value());
       return d.Promise();
     }
-    ExitReason r = machine_->stop();
-    machine_->release();  // now, not at garbage collection: fds, RAM, threads
-    d.Resolve(reason_object(env, r));
+    // From here the calls that touch guest memory, devices or vsock refuse
+    // (INVALID_STATE) while the worker releases them.
+    stopping_ = true;
+    (new StopWorker(env, Value(), machine_.get(), d))->Queue();
     return d.Promise();
   });
 }

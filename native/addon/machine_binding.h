@@ -82,6 +82,7 @@ class MachineWrap : public Napi::ObjectWrap<MachineWrap> {
   size_t console_ring_bytes_ = 64 * 1024;
   bool hook_registered_ = false;
   bool torn_down_ = false;
+  bool stopping_ = false;  // stop() was called: the worker releases the machine
 };
 
 }  // namespace torpor

@@ -312,10 +312,10 @@ ExitReason Machine::stop_locked() {
   return reason_;
 }
 
-void Machine::release(bool defer_kvm) {
+ExitReason Machine::release(bool defer_kvm) {
   std::lock_guard<std::mutex> serial(stop_mu_);
-  stop_locked();
-  if (released_.load()) return;
+  ExitReason reason = stop_locked();
+  if (released_.load()) return reason;
   // Every vCPU thread is joined and the I/O thread stopped: nothing else
   // touches the devices, the buses or guest memory any more.
   final_stats_ = collect_stats();
@@ -334,8 +334,12 @@ void Machine::release(bool defer_kvm) {
   console_->close_log();
   // The kernel destroys the VM when its last fd closes, which takes a while:
   // done on the reaper thread (vmm/reaper.h). vCPUs before RAM before the VM.
-  auto vcpus = std::make_shared<std::vector<std::unique_ptr<Vcpu>>>(std::move(vcpus_));
-  vcpus_.clear();
+  auto vcpus = std::make_shared<std::vector<std::unique_ptr<Vcpu>>>();
+  {
+    std::lock_guard<std::mutex> lock(vcpus_mu_);
+    *vcpus = std::move(vcpus_);
+    vcpus_.clear();
+  }
   std::shared_ptr<GuestRam> ram(std::move(ram_));
   std::shared_ptr<KvmVm> vm(std::move(vm_));
   std::shared_ptr<KvmSystem> kvm(std::move(kvm_));
@@ -349,6 +353,7 @@ void Machine::release(bool defer_kvm) {
     reap_later(std::move(teardown));
   else
     teardown();
+  return reason;
 }
 
 void Machine::end_locked(bool failed, const std::string& kind, const std::string& message) {
@@ -403,6 +408,7 @@ MachineStats Machine::stats() const {
 }
 
 MachineStats Machine::collect_stats() const {
+  std::lock_guard<std::mutex> lock(vcpus_mu_);
   MachineStats s;
   for (const auto& v : vcpus_) {
     const auto& c = v->counters();

@@ -129,7 +129,8 @@ class Machine final : private VcpuHost {
   // in a loop stays flat (test/vmm-lifecycle.test.ts). The kernel's VM
   // teardown (slow) goes to the reaper thread (vmm/reaper.h) unless
   // defer_kvm is false (environment cleanup: all gone before it returns).
-  void release(bool defer_kvm = true);
+  // Returns the exit reason (as stop() does).
+  ExitReason release(bool defer_kvm = true);
   bool released() const { return released_.load(); }
 
   MachineState state() const;
@@ -212,6 +213,9 @@ class Machine final : private VcpuHost {
   std::mutex stop_mu_;
   std::atomic<bool> released_{false};
   MachineStats final_stats_;  // stats() after release()
+  // Guards vcpus_ against release() moving it away while stats() reads the
+  // counters (stop and release may run on a worker thread).
+  mutable std::mutex vcpus_mu_;
 
   mutable std::mutex mu_;
   MachineState state_ = MachineState::Created;
