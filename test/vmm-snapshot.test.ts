@@ -29,6 +29,17 @@ function hashRam(m: Machine, bytes: number): string {
   return h.digest('hex');
 }
 
+
+// CRC-32C (Castagnoli), as the state file's envelope uses it.
+function crc32c(buf: Buffer): number {
+  let crc = 0xffffffff;
+  for (const b of buf) {
+    crc ^= b;
+    for (let k = 0; k < 8; k++) crc = crc & 1 ? (crc >>> 1) ^ 0x82f63b78 : crc >>> 1;
+  }
+  return (crc ^ 0xffffffff) >>> 0;
+}
+
 async function until(cond: () => boolean, what: string, timeoutMs = 10_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (!cond()) {
@@ -342,6 +353,42 @@ kvmTest('fork: 10 children and the parent diverge in memory and on disk', async 
     await m.stop();
     rmSync(dir, { recursive: true, force: true });
     rmSync(base, { force: true });
+  }
+});
+
+kvmTest('a snapshot from another host kind is refused as incompatible before any guest runs', async () => {
+  const dir = tempDir();
+  const m = await bootTestvm({ memoryMiB: 32 });
+  try {
+    await m.snapshot(dir, { stop: true });
+    const state = join(dir, 'gen-1', 'vm.state');
+    const good = readFileSync(state);
+    assert.is(good.readUInt32LE(good.length - 4), crc32c(good.subarray(0, good.length - 4)), 'envelope checksum');
+    // The fingerprint follows the 32-byte header (its length at offset 16); its host kind is a
+    // length-prefixed string. Swap it for the other kind and re-seal the file.
+    const fpLen = good.readUInt32LE(16);
+    const fp = good.subarray(32, 32 + fpLen);
+    const kind = fp.indexOf('pvm') >= 0 ? 'pvm' : 'hardware';
+    const other = Buffer.from(kind === 'pvm' ? 'hardware' : 'pvm', 'latin1');
+    const at = fp.indexOf(kind);
+    assert.is(fp.readUInt32LE(at - 4), kind.length, 'host kind string prefix');
+    const newFp = Buffer.concat([fp.subarray(0, at - 4), Buffer.alloc(4), other, fp.subarray(at + kind.length)]);
+    newFp.writeUInt32LE(other.length, at - 4);
+    const header = Buffer.from(good.subarray(0, 32));
+    header.writeUInt32LE(newFp.length, 16);
+    const sealed = Buffer.concat([header, newFp, good.subarray(32 + fpLen, good.length - 4)]);
+    const forged = Buffer.concat([sealed, Buffer.alloc(4)]);
+    forged.writeUInt32LE(crc32c(sealed), sealed.length);
+    writeFileSync(state, forged);
+    try {
+      await Machine.restore(dir);
+      assert.unreachable('restored a snapshot of another host kind');
+    } catch (e) {
+      assert.is((e as { code?: string }).code, 'SNAPSHOT_INCOMPATIBLE', String(e));
+    }
+  } finally {
+    await m.stop();
+    rmSync(dir, { recursive: true, force: true });
   }
 });
 
