@@ -107,6 +107,8 @@ export interface NativeMachine {
   snapshot(dir: string, resumeWhenCaptured?: boolean): Promise<NativeSnapshotResult>;
   /** Pages written since the last generation (guest and devices). Reads KVM's dirty log; loses nothing. */
   dirtyPageCount(): number;
+  /** The state a capture would save, by part (vm.pit, vcpu0.regs, vcpu0.msr.0x10, dev.<name>@<base>...). Paused only. */
+  stateParts(): Record<string, Buffer>;
   /** Resolves when every vCPU is out of KVM_RUN with its pending I/O completed. */
   pause(): Promise<void>;
   resume(): Promise<void>;
@@ -141,6 +143,8 @@ export interface NativeBinding {
    * truncated snapshot, SNAPSHOT_INCOMPATIBLE for another host kind or CPU; no guest runs then.
    */
   restoreMachine(dir: string, onEvent: (event: NativeMachineEvent) => void): Promise<NativeMachine>;
+  /** The state saved in dir's current generation, by part (as NativeMachine.stateParts names them). Reads one small file. */
+  describeSnapshot(dir: string): Record<string, Buffer>;
   /** Build facts: addon version, compiler, whether built with sanitizers. */
   buildInfo(): { version: string; compiler: string };
 }

@@ -183,6 +183,15 @@ export class Machine extends EventEmitter<MachineEvents> {
   }
 
   /**
+   * The state saved in `dir`'s current generation, by part (named as stateParts() names them),
+   * validated as a restore validates it. Diagnostics and round-trip tests; reads one small file.
+   */
+  static describeSnapshot(dir: string): Record<string, Buffer> {
+    checkString('dir', dir, true);
+    return loadNative().describeSnapshot(dir);
+  }
+
+  /**
    * Writes a new generation of this machine into `dir`: the machine pauses (every vCPU out of the
    * guest, devices quiesced), its state and memory (a full layer the first time, then the pages
    * written since) are written on a worker thread, fsynced, and `dir/current` is switched to it
@@ -212,6 +221,15 @@ export class Machine extends EventEmitter<MachineEvents> {
     const where = dir ?? mkdtempSync(join(tmpdir(), 'torpor-fork-'));
     await this.snapshot(where);
     return Promise.all(Array.from({ length: count }, () => Machine.restore(where)));
+  }
+
+  /**
+   * The state a capture would save, by named part (vm.pit, vm.clock, vm.irqchip0..2, vcpu<i>.regs,
+   * vcpu<i>.lapic, vcpu<i>.msr.0x<index>, dev.<name>@<base>, ...). The machine must be paused.
+   * Round-trip tests and diagnostics.
+   */
+  stateParts(): Record<string, Buffer> {
+    return this.#native.stateParts();
   }
 
   /** Pages written since the last generation (by the guest or the devices). Diagnostics and tests. */

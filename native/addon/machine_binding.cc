@@ -71,6 +71,7 @@ Napi::Function MachineWrap::define(Napi::Env env) {
                          InstanceMethod<&MachineWrap::start>("start"),
                          InstanceMethod<&MachineWrap::snapshot>("snapshot"),
                          InstanceMethod<&MachineWrap::dirty_page_count>("dirtyPageCount"),
+                         InstanceMethod<&MachineWrap::state_parts>("stateParts"),
                          InstanceMethod<&MachineWrap::pause>("pause"),
                          InstanceMethod<&MachineWrap::resume>("resume"),
                          InstanceMethod<&MachineWrap::stop>("stop"),
@@ -294,6 +295,25 @@ void MachineWrap::queue_capture(Napi::Env env, uint64_t id, const std::string& d
     return;
   }
   (new CaptureWorker(env, Value(), this, id, dir, resume))->Queue();
+}
+
+Napi::Value MachineWrap::state_parts(const Napi::CallbackInfo& info) {
+  return guarded(info.Env(), [&]() -> Napi::Value {
+    Napi::Object o = Napi::Object::New(info.Env());
+    for (auto& [name, bytes] : live_machine().state_parts())
+      o.Set(name, Napi::Buffer<uint8_t>::Copy(info.Env(), bytes.data(), bytes.size()));
+    return o;
+  });
+}
+
+Napi::Value MachineWrap::describe_snapshot(const Napi::CallbackInfo& info) {
+  return guarded(info.Env(), [&]() -> Napi::Value {
+    if (!info[0].IsString()) throw Error(code::kInvalidArgument, "describeSnapshot: dir must be a string");
+    Napi::Object o = Napi::Object::New(info.Env());
+    for (auto& [name, bytes] : Machine::snapshot_parts(info[0].As<Napi::String>().Utf8Value()))
+      o.Set(name, Napi::Buffer<uint8_t>::Copy(info.Env(), bytes.data(), bytes.size()));
+    return o;
+  });
 }
 
 Napi::Value MachineWrap::dirty_page_count(const Napi::CallbackInfo& info) {

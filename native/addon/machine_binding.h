@@ -27,6 +27,8 @@ class MachineWrap : public Napi::ObjectWrap<MachineWrap> {
   // restoreMachine(dir, onEvent): Machine::restore on a worker thread, then
   // a MachineWrap adopting the result on the JS thread.
   static Napi::Value restore_machine(const Napi::CallbackInfo& info);
+  // describeSnapshot(dir): the saved state by part (diagnostics and tests).
+  static Napi::Value describe_snapshot(const Napi::CallbackInfo& info);
 
   struct Handle {
     MachineWrap* wrap = nullptr;  // touched on the JS thread only
@@ -47,6 +49,7 @@ class MachineWrap : public Napi::ObjectWrap<MachineWrap> {
   Napi::Value start(const Napi::CallbackInfo& info);
   Napi::Value snapshot(const Napi::CallbackInfo& info);
   Napi::Value dirty_page_count(const Napi::CallbackInfo& info);
+  Napi::Value state_parts(const Napi::CallbackInfo& info);
   void queue_capture(Napi::Env env, uint64_t id, const std::string& dir, bool resume);
   Napi::Value pause(const Napi::CallbackInfo& info);
   Napi::Value resume(const Napi::CallbackInfo& info);

@@ -231,6 +231,10 @@ void Machine::start(Done done, bool paused) {
     parked_ = 0;
     pause_seq_++;
   }
+  // Starting paused: the devices are quiesced before the I/O thread runs, so
+  // what a restore queued (re-kicks of live queues, the vsock transport
+  // reset) waits for resume() and the paused state is the captured one.
+  if (paused) set_devices_quiesced(true);
   try {
     loop_->start();
     loop_->post([] { pthread_setname_np(pthread_self(), "torpor-io"); });

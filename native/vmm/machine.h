@@ -114,6 +114,13 @@ class Machine final : private VcpuHost {
   // Pages written since the last generation, by the guest or by the devices
   // (reads KVM's dirty log; nothing is lost for the next capture).
   uint64_t dirty_page_count();
+  // The state a capture would save, as named parts (vm.pit, vcpu0.regs,
+  // vcpu0.msr.0x10, dev.<name>@<base>, ...): round-trip tests compare them.
+  // Paused machines only.
+  std::vector<std::pair<std::string, std::vector<uint8_t>>> state_parts();
+  // The same parts as saved in the generation `current` names in `dir`
+  // (validated as a restore validates it). Reads one small file.
+  static std::vector<std::pair<std::string, std::vector<uint8_t>>> snapshot_parts(const std::string& dir);
 
   void start(Done done, bool paused = false);   // Created -> Running (or Paused); done once every vCPU entered KVM_RUN (or parked)
   void pause(Done done);   // Running -> Pausing -> Paused; done once every vCPU is parked and every device quiesced

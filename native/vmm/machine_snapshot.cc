@@ -201,6 +201,65 @@ uint64_t Machine::dirty_page_count() {
   return n;
 }
 
+std::vector<std::pair<std::string, std::vector<uint8_t>>> Machine::state_parts() {
+  std::lock_guard<std::mutex> serial(stop_mu_);
+  if (released_.load()) throw Error(code::kInvalidState, "the machine was stopped");
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (state_ != MachineState::Paused) throw Error(code::kInvalidState, "state_parts: pause the machine first");
+  }
+  x86::StateParts parts;
+  {
+    StateWriter w;
+    x86::save_vm(*vm_, w);
+    StateReader r(w.data());
+    x86::describe_vm(r, parts);
+  }
+  for (auto& v : vcpus_) {
+    StateWriter w;
+    x86::save_vcpu(*kvm_, *vm_, v->kvm(), w);
+    StateReader r(w.data());
+    x86::describe_vcpu(r, "vcpu" + std::to_string(v->index()) + ".", parts);
+  }
+  for (auto& [base, dev] : devices()) {
+    StateWriter w;
+    dev->save(w);
+    char at[32];
+    std::snprintf(at, sizeof at, "@0x%llx", static_cast<unsigned long long>(base));
+    parts.emplace_back(std::string("dev.") + dev->name() + at, w.take());
+  }
+  return parts;
+}
+
+std::vector<std::pair<std::string, std::vector<uint8_t>>> Machine::snapshot_parts(const std::string& dir) {
+  const uint64_t n = current_generation(dir);
+  if (n == 0) throw Error(code::kSnapshotInvalid, dir + " holds no snapshot (no 'current')");
+  KvmSystem sys("/dev/kvm");
+  auto body = read_state_file(dir + "/" + gen_name(n) + "/vm.state", probe_fingerprint(sys, detect_host_kind()));
+  StateReader in(body);
+  in.expect_header(kBodyTag, kBodyVersion, kBodyVersion);
+  MachineSpec spec = read_machine_spec(in);
+  in.u64();
+  uint32_t len = in.u32();
+  if (len > kMaxChain) StateReader::fail("bad memory chain length");
+  for (uint32_t i = 0; i < len; i++) in.str(256);
+  x86::StateParts parts;
+  x86::describe_vm(in, parts);
+  uint32_t vcpus = in.u32();
+  if (vcpus != spec.config.vcpus) StateReader::fail("vCPU state count differs from the spec");
+  for (uint32_t i = 0; i < vcpus; i++) x86::describe_vcpu(in, "vcpu" + std::to_string(i) + ".", parts);
+  uint32_t nd = in.u32();
+  if (nd > 64) StateReader::fail("too many devices");
+  for (uint32_t i = 0; i < nd; i++) {
+    std::string name = in.str(64);
+    uint64_t base = in.u64();
+    char at[32];
+    std::snprintf(at, sizeof at, "@0x%llx", static_cast<unsigned long long>(base));
+    parts.emplace_back("dev." + name + at, in.bytes(16u << 20));
+  }
+  return parts;
+}
+
 CaptureResult Machine::capture(const std::string& dir, const std::function<void()>& on_captured) {
   std::lock_guard<std::mutex> serial(stop_mu_);
   if (released_.load()) throw Error(code::kInvalidState, "capture: the machine was stopped");

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -253,6 +254,46 @@ void restore_vcpu(const KvmSystem& sys, KvmVcpu& vcpu, StateReader& in) {
                     KVM_VCPUEVENT_VALID_SMM | KVM_VCPUEVENT_VALID_PAYLOAD;
     if (raw_ioctl(fd, KVM_SET_VCPU_EVENTS, &events) < 0) refused("KVM_SET_VCPU_EVENTS");
   }
+}
+
+namespace {
+template <typename T>
+std::vector<uint8_t> bytes_of(const T& v) {
+  const auto* p = reinterpret_cast<const uint8_t*>(&v);
+  return std::vector<uint8_t>(p, p + sizeof(T));
+}
+}  // namespace
+
+void describe_vcpu(StateReader& in, const std::string& prefix, StateParts& out) {
+  in.expect_header(kVcpuTag, kVcpuVersion, kVcpuVersion);
+  in.u32();
+  uint32_t flags = in.u32();
+  out.emplace_back(prefix + "flags", bytes_of(flags));
+  out.emplace_back(prefix + "mp_state", bytes_of(in.pod<kvm_mp_state>()));
+  out.emplace_back(prefix + "regs", bytes_of(in.pod<kvm_regs>()));
+  out.emplace_back(prefix + "sregs", bytes_of(in.pod<kvm_sregs>()));
+  out.emplace_back(prefix + "xsave", in.bytes(kMaxXsaveBytes));
+  out.emplace_back(prefix + "xcrs", bytes_of(in.pod<kvm_xcrs>()));
+  out.emplace_back(prefix + "debugregs", bytes_of(in.pod<kvm_debugregs>()));
+  out.emplace_back(prefix + "lapic", bytes_of(in.pod<kvm_lapic_state>()));
+  out.emplace_back(prefix + "tsc_khz", bytes_of(in.u32()));
+  out.emplace_back(prefix + "cpuid", in.bytes(kMaxCpuidEntries * sizeof(kvm_cpuid_entry2)));
+  uint32_t n = in.u32();
+  if (n > kMaxMsrs) StateReader::fail("too many MSRs");
+  for (uint32_t i = 0; i < n; i++) {
+    uint32_t idx = in.u32();
+    char name[32];
+    std::snprintf(name, sizeof name, "msr.0x%x", idx);
+    out.emplace_back(prefix + name, bytes_of(in.u64()));
+  }
+  out.emplace_back(prefix + "events", bytes_of(in.pod<kvm_vcpu_events>()));
+}
+
+void describe_vm(StateReader& in, StateParts& out) {
+  in.expect_header(kVmTag, kVmVersion, kVmVersion);
+  out.emplace_back("vm.pit", bytes_of(in.pod<kvm_pit_state2>()));
+  out.emplace_back("vm.clock", bytes_of(in.u64()));
+  for (int chip = 0; chip < 3; chip++) out.emplace_back("vm.irqchip" + std::to_string(chip), bytes_of(in.pod<kvm_irqchip>()));
 }
 
 void notify_clock_paused(KvmVcpu& vcpu) {

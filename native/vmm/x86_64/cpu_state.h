@@ -14,6 +14,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "snapshot/state_io.h"
@@ -34,6 +36,12 @@ void restore_vcpu(const KvmSystem& sys, KvmVcpu& vcpu, StateReader& in);
 // Before the vCPU runs again: tells the guest's kvmclock it was paused
 // (no soft-lockup warnings). Ignored where the guest has no kvmclock.
 void notify_clock_paused(KvmVcpu& vcpu);
+
+// Named parts of a saved vCPU or VM state (tests and diagnostics compare
+// them across a round trip): "regs", "sregs", "lapic", "msr.0x10", ...
+using StateParts = std::vector<std::pair<std::string, std::vector<uint8_t>>>;
+void describe_vcpu(StateReader& in, const std::string& prefix, StateParts& out);
+void describe_vm(StateReader& in, StateParts& out);
 
 void save_vm(KvmVm& vm, StateWriter& out);
 void restore_vm(KvmVm& vm, StateReader& in);
