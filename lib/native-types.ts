@@ -143,6 +143,8 @@ export interface NativeBinding {
    * truncated snapshot, SNAPSHOT_INCOMPATIBLE for another host kind or CPU; no guest runs then.
    */
   restoreMachine(dir: string, onEvent: (event: NativeMachineEvent) => void): Promise<NativeMachine>;
+  /** What `new Machine(config, onEvent)` does (VM, RAM, devices, kernel load), on a worker thread. */
+  buildMachine(config: NativeMachineConfig, onEvent: (event: NativeMachineEvent) => void): Promise<NativeMachine>;
   /** The state saved in dir's current generation, by part (as NativeMachine.stateParts names them). Reads one small file. */
   describeSnapshot(dir: string): Record<string, Buffer>;
   /** Build facts: addon version, compiler, whether built with sanitizers. */

@@ -457,4 +457,22 @@ kvmTest('vCPU, irqchip, PIT, clock and device state survive a round trip byte fo
   }
 });
 
+kvmTest('Machine.build creates on a worker thread; the machine boots and stops (on the thread pool too)', async () => {
+  const { testvmImage } = await import('./vmm-guests.js');
+  const m = await Machine.build({ kernel: testvmImage()!, vcpus: 1, memoryMiB: 32 });
+  assert.is(m.state, 'created');
+  await m.start();
+  await m.waitForConsole(/boot=ok[^\n]*\n/, 10_000);
+  assert.match(await testvmCommand(m, 'echo built', 'echo'), /echo=built/);
+  const stopping = m.stop();
+  assert.throws(() => m.readGuest(0, 4), /stopped/);
+  assert.is((await stopping).kind, 'stop');
+  try {
+    await Machine.build({ kernel: '/nonexistent/kernel', memoryMiB: 32 });
+    assert.unreachable('built a machine without a kernel');
+  } catch (e) {
+    assert.is((e as { code?: string }).code, 'BOOT_FAILED', String(e));
+  }
+});
+
 test.run();

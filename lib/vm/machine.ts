@@ -154,9 +154,26 @@ export class Machine extends EventEmitter<MachineEvents> {
     }
   }
 
-  /** Builds the machine (VM, RAM, devices, vCPUs; kernel loaded). Nothing runs until start(). */
+  /**
+   * Builds the machine (VM, RAM, devices, vCPUs; kernel loaded). Nothing runs until start().
+   * Synchronous: the JS thread waits for KVM and the kernel file (about a millisecond for a small
+   * guest, tens of ms for a large kernel); build() does the same work on a worker thread.
+   */
   static create(opts: MachineOptions): Machine {
     return new Machine(opts);
+  }
+
+  /** create() on a worker thread: the JS thread never waits on KVM or on the kernel file. */
+  static async build(opts: MachineOptions): Promise<Machine> {
+    const cfg = toNativeConfig(opts);
+    let onEvent: ((ev: NativeMachineEvent) => void) | undefined;
+    const native = await loadNative().buildMachine(cfg, (ev) => onEvent?.(ev));
+    return new Machine({
+      restore: (handler) => {
+        onEvent = handler;
+        return native;
+      },
+    });
   }
 
   /**

@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <functional>
+
 #include "addon/addon_state.h"
 #include "addon/js_values.h"
 #include "common/error.h"
@@ -204,15 +206,17 @@ class CaptureWorker final : public CodedWorker {
   CaptureResult result_;
 };
 
-// Machine::restore on the thread pool, then the JS object around it.
-class RestoreWorker final : public CodedWorker {
+// Builds a machine on the thread pool (Machine::restore, or the constructor
+// for build()), then the JS object around it on the JS thread.
+class BuildWorker final : public CodedWorker {
  public:
-  RestoreWorker(Napi::Env env, std::string dir, std::shared_ptr<EventBridge> bridge,
-                std::shared_ptr<MachineWrap::Handle> handle, Napi::Promise::Deferred deferred)
-      : CodedWorker(env, "torpor.restore"), dir_(std::move(dir)), bridge_(std::move(bridge)), handle_(std::move(handle)),
+  using Builder = std::function<std::unique_ptr<Machine>(Machine::Callbacks)>;
+  BuildWorker(Napi::Env env, Builder build, std::shared_ptr<EventBridge> bridge,
+              std::shared_ptr<MachineWrap::Handle> handle, Napi::Promise::Deferred deferred)
+      : CodedWorker(env, "torpor.build"), build_(std::move(build)), bridge_(std::move(bridge)), handle_(std::move(handle)),
         deferred_(deferred) {}
   void Execute() override {
-    run([&] { machine_ = Machine::restore(dir_, MachineWrap::make_callbacks(bridge_, handle_)); });
+    run([&] { machine_ = build_(MachineWrap::make_callbacks(bridge_, handle_)); });
   }
   void OnOK() override {
     Napi::Env env = Env();
@@ -237,7 +241,7 @@ class RestoreWorker final : public CodedWorker {
   }
 
  private:
-  std::string dir_;
+  Builder build_;
   std::shared_ptr<EventBridge> bridge_;
   std::shared_ptr<MachineWrap::Handle> handle_;
   Napi::Promise::Deferred deferred_;
@@ -251,13 +255,30 @@ Napi::Value MachineWrap::restore_machine(const Napi::CallbackInfo& info) {
   return guarded(env, [&]() -> Napi::Value {
     if (!info[0].IsString()) throw Error(code::kInvalidArgument, "restoreMachine: dir must be a string");
     if (!info[1].IsFunction()) throw Error(code::kInvalidArgument, "onEvent must be a function");
-    auto bridge = std::make_shared<EventBridge>(env, info[1].As<Napi::Function>());
-    auto handle = std::make_shared<Handle>();
-    auto deferred = Napi::Promise::Deferred::New(env);
-    bridge->hold(env);
-    (new RestoreWorker(env, info[0].As<Napi::String>().Utf8Value(), bridge, handle, deferred))->Queue();
-    return deferred.Promise();
+    std::string dir = info[0].As<Napi::String>().Utf8Value();
+    return queue_build(env, info[1].As<Napi::Function>(),
+                       [dir](Machine::Callbacks cb) { return Machine::restore(dir, std::move(cb)); });
   });
+}
+
+Napi::Value MachineWrap::build_machine(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guarded(env, [&]() -> Napi::Value {
+    MachineConfig cfg = parse_config(info[0]);  // on the JS thread: it reads JS values
+    if (!info[1].IsFunction()) throw Error(code::kInvalidArgument, "onEvent must be a function");
+    return queue_build(env, info[1].As<Napi::Function>(),
+                       [cfg](Machine::Callbacks cb) { return std::make_unique<Machine>(cfg, std::move(cb)); });
+  });
+}
+
+Napi::Value MachineWrap::queue_build(Napi::Env env, Napi::Function on_event,
+                                     std::function<std::unique_ptr<Machine>(Machine::Callbacks)> build) {
+  auto bridge = std::make_shared<EventBridge>(env, on_event);
+  auto handle = std::make_shared<Handle>();
+  auto deferred = Napi::Promise::Deferred::New(env);
+  bridge->hold(env);
+  (new BuildWorker(env, std::move(build), bridge, handle, deferred))->Queue();
+  return deferred.Promise();
 }
 
 Napi::Value MachineWrap::snapshot(const Napi::CallbackInfo& info) {

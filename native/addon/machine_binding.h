@@ -10,6 +10,7 @@
 
 #include "addon/napi_config.h"
 
+#include <functional>
 #include <memory>
 #include <unordered_map>
 
@@ -27,6 +28,11 @@ class MachineWrap : public Napi::ObjectWrap<MachineWrap> {
   // restoreMachine(dir, onEvent): Machine::restore on a worker thread, then
   // a MachineWrap adopting the result on the JS thread.
   static Napi::Value restore_machine(const Napi::CallbackInfo& info);
+  // buildMachine(config, onEvent): the constructor's work (VM, RAM, devices,
+  // kernel load) on a worker thread.
+  static Napi::Value build_machine(const Napi::CallbackInfo& info);
+  static Napi::Value queue_build(Napi::Env env, Napi::Function on_event,
+                                 std::function<std::unique_ptr<Machine>(Machine::Callbacks)> build);
   // describeSnapshot(dir): the saved state by part (diagnostics and tests).
   static Napi::Value describe_snapshot(const Napi::CallbackInfo& info);
 

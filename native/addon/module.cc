@@ -33,6 +33,7 @@ Napi::Object init(Napi::Env env, Napi::Object exports) {
   addon_state(env)->machine_ctor = Napi::Persistent(machine);
   exports.Set("Machine", machine);
   exports.Set("restoreMachine", Napi::Function::New(env, MachineWrap::restore_machine, "restoreMachine"));
+  exports.Set("buildMachine", Napi::Function::New(env, MachineWrap::build_machine, "buildMachine"));
   exports.Set("describeSnapshot", Napi::Function::New(env, MachineWrap::describe_snapshot, "describeSnapshot"));
   return exports;
 }

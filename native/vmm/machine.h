@@ -244,6 +244,7 @@ class Machine final : private VcpuHost {
   // Snapshot bookkeeping (capture and restore hold stop_mu_).
   MachineConfig config_;                 // what the machine was built from (the snapshot's spec)
   std::vector<uint64_t> dirty_;          // pages written since the last generation (linear page index)
+  std::vector<uint8_t> capture_buf_;     // dirty pages copied out by the last captures (reused)
   std::string snapshot_dir_;             // where the last generation was written or read
   std::vector<std::string> mem_chain_;   // its memory layers, bottom first, relative to snapshot_dir_
   uint64_t generation_ = 0;

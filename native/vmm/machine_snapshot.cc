@@ -351,12 +351,14 @@ CaptureResult Machine::capture(const std::string& dir, const std::function<void(
   // Memory, while the machine is still stopped: the dirty pages copied out
   // (diff), or the whole image written into the page cache (full layer).
   LayerInfo layer;
-  std::vector<uint8_t> copy;
   std::vector<PageRef> pages;
   if (diff) {
     uint64_t n = 0;
     for (uint64_t w : dirty_) n += static_cast<uint64_t>(std::popcount(w));
-    copy.resize(n * kPageSize);
+    // Kept from one capture to the next: its pages are already faulted in
+    // (first touches of fresh memory cost more than the copy).
+    std::vector<uint8_t>& copy = capture_buf_;
+    if (copy.size() < n * kPageSize) copy.resize(n * kPageSize);
     for (uint64_t w = 0; w < dirty_.size(); w++)
       for (uint64_t bits = dirty_[w]; bits; bits &= bits - 1) {
         uint64_t page = w * 64 + static_cast<uint64_t>(std::countr_zero(bits));
