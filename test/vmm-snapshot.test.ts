@@ -480,4 +480,19 @@ kvmTest('Machine.build creates on a worker thread; the machine boots and stops (
   }
 });
 
+kvmTest('a snapshot into a directory that cannot be written fails with IO_ERROR and the machine runs on', async () => {
+  const m = await bootTestvm({ memoryMiB: 32 });
+  try {
+    try {
+      await m.snapshot('/proc/torpor-cannot-write-here');
+      assert.unreachable('captured into /proc');
+    } catch (e) {
+      assert.is((e as { code?: string }).code, 'IO_ERROR', String(e));
+    }
+    assert.match(await testvmCommand(m, 'echo still-here', 'echo'), /echo=still-here/);
+  } finally {
+    await m.stop();
+  }
+});
+
 test.run();

@@ -170,6 +170,8 @@ class Machine final : private VcpuHost {
 
  private:
   Machine(const MachineConfig& cfg, Callbacks callbacks, RestorePlan* plan);
+  static std::unique_ptr<Machine> restore_from(const std::string& dir, Callbacks callbacks);
+  CaptureResult capture_locked(const std::string& dir, const std::function<void()>& on_captured);
   void load_state(RestorePlan& plan);
   void vcpu_pio(uint16_t port, uint8_t* data, size_t len, bool is_write) override;
   void vcpu_mmio(uint64_t addr, uint8_t* data, size_t len, bool is_write) override;

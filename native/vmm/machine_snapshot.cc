@@ -304,6 +304,14 @@ void Machine::adopt_chain_merge(bool wait) {
 }
 
 CaptureResult Machine::capture(const std::string& dir, const std::function<void()>& on_captured) {
+  try {
+    return capture_locked(dir, on_captured);
+  } catch (const fs::filesystem_error& e) {
+    throw Error(code::kIo, std::string("snapshot into ") + dir + ": " + e.what(), e.code().value());
+  }
+}
+
+CaptureResult Machine::capture_locked(const std::string& dir, const std::function<void()>& on_captured) {
   std::lock_guard<std::mutex> serial(stop_mu_);
   if (released_.load()) throw Error(code::kInvalidState, "capture: the machine was stopped");
   adopt_chain_merge(/*wait=*/mem_chain_.size() + 1 >= kChainBound);
@@ -469,6 +477,14 @@ std::unique_ptr<GuestRam> restore_ram(KvmVm& vm, RestorePlan& plan) {
 }
 
 std::unique_ptr<Machine> Machine::restore(const std::string& dir, Callbacks callbacks) {
+  try {
+    return restore_from(dir, std::move(callbacks));
+  } catch (const fs::filesystem_error& e) {
+    throw Error(code::kIo, std::string("restore from ") + dir + ": " + e.what(), e.code().value());
+  }
+}
+
+std::unique_ptr<Machine> Machine::restore_from(const std::string& dir, Callbacks callbacks) {
   const uint64_t n = current_generation(dir);
   if (n == 0) throw Error(code::kSnapshotInvalid, dir + " holds no snapshot (no 'current')");
   auto plan = std::make_unique<RestorePlan>();
