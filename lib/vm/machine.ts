@@ -257,6 +257,10 @@ export class Machine extends EventEmitter<MachineEvents> {
   dirtyPageCount(): number {
     return this.#native.dirtyPageCount();
   }
+  /** The same pages as a bitmap: bit i (byte i >> 3, bit i & 7) is RAM's linear page i. */
+  dirtyPageBitmap(): Buffer {
+    return this.#native.dirtyPageBitmap();
+  }
 
   #onEvent(ev: NativeMachineEvent): void {
     if (ev.type === 'console') {

@@ -205,6 +205,13 @@ uint64_t Machine::dirty_page_count() {
   return n;
 }
 
+std::vector<uint64_t> Machine::dirty_page_bitmap() {
+  std::lock_guard<std::mutex> serial(stop_mu_);
+  if (released_.load() || !ram_) return {};
+  ram_->collect_dirty(*vm_, dirty_);
+  return dirty_;
+}
+
 std::vector<std::pair<std::string, std::vector<uint8_t>>> Machine::state_parts() {
   std::lock_guard<std::mutex> serial(stop_mu_);
   if (released_.load()) throw Error(code::kInvalidState, "the machine was stopped");
