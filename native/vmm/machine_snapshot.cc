@@ -399,6 +399,10 @@ CaptureResult Machine::capture_locked(const std::string& dir, const std::functio
     std::string name = "/disk" + std::to_string(f.disk) + ".overlay";
     link_or_copy(f.old_top, tmp + name);
     link_or_copy(OverlayDisk::map_path(f.old_top), OverlayDisk::map_path(tmp + name));
+    // Immutable from here: read-only for everyone (a sign to whoever held the
+    // old path; root is not stopped by it, the docs say not to reuse the path).
+    ::chmod((tmp + name).c_str(), 0444);
+    ::chmod(OverlayDisk::map_path(tmp + name).c_str(), 0444);
     disk_bytes += file_bytes(tmp + name) + file_bytes(OverlayDisk::map_path(tmp + name));
     f.new_top = new_top_path(dir, f.disk, "g", res.generation);
     if (int rc = virtio_blk_push_overlay(dev, f.new_top); rc < 0)
