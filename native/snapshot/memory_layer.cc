@@ -65,14 +65,34 @@ class RamMap {
       start += r.bytes;
     }
   }
+  size_t region_of(uint64_t n) const { return std::upper_bound(starts_.begin(), starts_.end(), n) - starts_.begin() - 1; }
   uint8_t* page(uint64_t n) const {
-    size_t i = std::upper_bound(starts_.begin(), starts_.end(), n) - starts_.begin() - 1;
+    size_t i = region_of(n);
     return ram_[i].host + (n - starts_[i]) * kPageSize;
   }
 
  private:
   const std::vector<RamRegion>& ram_;
   std::vector<uint64_t> starts_;
+};
+
+// Which pages of anonymous memory were never touched, from /proc/self/pagemap
+// (one u64 per page: bit 63 present, bit 62 swapped). Without the file (a
+// restricted /proc), nothing is known and every page is read.
+class Pagemap {
+ public:
+  Pagemap() : fd_(::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC)) {}
+  // Sets zero[i] for each never-touched page of the n pages at `first`.
+  void untouched(const uint8_t* first, size_t n, bool* zero) {
+    if (!fd_.valid() || n > kChunkPages) return;
+    uint64_t entries[kChunkPages];
+    uint64_t off = reinterpret_cast<uintptr_t>(first) / kPageSize * sizeof(uint64_t);
+    if (file_io::pread_all(fd_.get(), entries, n * sizeof(uint64_t), off) != 0) return;
+    for (size_t i = 0; i < n; i++) zero[i] = (entries[i] & (3ull << 62)) == 0;
+  }
+
+ private:
+  Fd fd_;
 };
 
 void random_identity(uint8_t* id) {
@@ -87,8 +107,8 @@ void random_identity(uint8_t* id) {
   }
 }
 
-Fd create_file(const std::string& path) {
-  Fd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+Fd create_file(const std::string& path, bool truncate = true) {
+  Fd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (truncate ? O_TRUNC : 0), 0644));
   if (!fd.valid()) throw_sys_error(code::kIo, "create memory layer " + path);
   return fd;
 }
@@ -160,7 +180,8 @@ void write_header_page(int fd, const Header& h, const std::string& path) {
 }
 
 // Streams a RAM image (chunk by chunk, through `source`, which points
-// ptrs[0, k) at pages p0.. of the image) into a full layer: zero pages are
+// ptrs[0, k) at pages p0.. of the image and sets known_zero[i] for pages it
+// knows are zero without reading them) into a full layer: zero pages are
 // found first and left as holes, runs of non-zero pages are written with one
 // pwrite each and only they are checksummed. Returns the number of non-zero
 // pages; `content_crc` gets the checksum of all page checksums.
@@ -173,14 +194,16 @@ uint64_t write_image(int fd, uint64_t ram_pages, Source&& source, uint32_t& cont
   const uint8_t* data_ptrs[kChunkPages];
   uint32_t data_crcs[kChunkPages];
   size_t data_at[kChunkPages];
+  bool known_zero[kChunkPages];
   uint32_t content = 0;
   for (uint64_t p0 = 0; p0 < ram_pages; p0 += kChunkPages) {
     size_t k = static_cast<size_t>(std::min<uint64_t>(kChunkPages, ram_pages - p0));
-    source(p0, k, ptrs);
+    std::fill(known_zero, known_zero + k, false);
+    source(p0, k, ptrs, known_zero);
     size_t run_start = 0, m = 0;
     bool in_run = false;
     for (size_t i = 0; i <= k; i++) {
-      bool zero = i == k || page_is_zero(ptrs[i]);
+      bool zero = i == k || known_zero[i] || page_is_zero(ptrs[i]);
       bool contiguous = in_run && i < k && ptrs[i] == ptrs[i - 1] + kPageSize;
       if (in_run && (zero || !contiguous)) {
         write_at(fd, ptrs[run_start], (i - run_start) * kPageSize, kMemoryDataOffset + (p0 + run_start) * kPageSize, path);
@@ -244,11 +267,20 @@ LayerInfo memory_format::write_full_layer_as(const std::string& path, const std:
   if (ram_bytes > kMaxRamBytes) throw Error(code::kInvalidArgument, "RAM too large for a memory layer");
   RamMap map(ram);
   Fd fd = create_file(path);
+  Pagemap pagemap;
   uint32_t content_crc = 0;
   uint64_t pages = write_image(
       fd.get(), ram_bytes / kPageSize,
-      [&](uint64_t p0, size_t k, const uint8_t** ptrs) {
+      [&](uint64_t p0, size_t k, const uint8_t** ptrs, bool* known_zero) {
         for (size_t i = 0; i < k; i++) ptrs[i] = map.page(p0 + i);
+        // Runs of pages inside one anonymous region: ask the pagemap.
+        for (size_t i = 0; i < k;) {
+          size_t r = map.region_of(p0 + i);
+          size_t j = i + 1;
+          while (j < k && map.region_of(p0 + j) == r) j++;
+          if (ram[r].anonymous) pagemap.untouched(ptrs[i], j - i, known_zero + i);
+          i = j;
+        }
       },
       content_crc, path);
   if (::ftruncate(fd.get(), static_cast<off_t>(kMemoryDataOffset + ram_bytes)) != 0)
@@ -290,8 +322,9 @@ LayerInfo memory_format::write_diff_layer_as(const std::string& path, uint64_t r
   iov.reserve(n + 1);
   iov.push_back({head.data(), head.size()});
   for (size_t i = 0; i < n; i++) add_iov(iov, ptrs[i], kPageSize);
-  Fd fd = create_file(path);
+  Fd fd = create_file(path, /*truncate=*/false);
   pwritev_all(fd.get(), iov, 0, path);
+  if (::ftruncate(fd.get(), static_cast<off_t>(h.file_bytes)) != 0) throw_sys_error(code::kIo, "size memory layer " + path);
   return finish(fd.get(), path, n, sync);
 }
 
@@ -404,7 +437,7 @@ LayerInfo merge_memory_layers(const std::vector<std::string>& layer_paths, uint6
     uint32_t content_crc = 0;
     uint64_t pages = write_image(
         out.get(), ram_bytes / kPageSize,
-        [&](uint64_t p0, size_t k, const uint8_t** ptrs) {
+        [&](uint64_t p0, size_t k, const uint8_t** ptrs, bool*) {
           // The bottom's pages (holes read as zeros), checked against its content checksum as we go.
           if (int rc = file_io::pread_all(bottom.fd.get(), buf.data(), k * kPageSize,
                                           kMemoryDataOffset + p0 * kPageSize); rc < 0) {
