@@ -29,6 +29,7 @@
 #include "snapshot/envelope.h"
 #include "snapshot/memory_layer.h"
 #include "snapshot/memory_layer_format.h"
+#include "test/snapshot_fixtures.h"
 
 using namespace torpor;
 using namespace torpor::memory_format;
@@ -38,20 +39,6 @@ namespace {
 constexpr uint64_t kRamPages = 16;
 constexpr uint64_t kRamBytes = kRamPages * kPageSize;
 
-// The host the golden state file (native/test/golden) was written for.
-HostFingerprint here() {
-  HostFingerprint fp;
-  fp.host_kind = "pvm";
-  fp.cpu_vendor = "GenuineIntel";
-  fp.family = 6;
-  fp.model = 143;
-  fp.stepping = 8;
-  fp.features = {0x7ffefbff, 0xbfebfbff, 0xf1bf07ab, 0x1b417fde, 0xbc040412, 0x0000000f, 0x00000121, 0x2c100800};
-  fp.tsc_khz = 2000000;
-  fp.kvm_api = 12;
-  fp.kvm_module_id = "0123456789ABCDEF0123456";
-  return fp;
-}
 
 void expect_snapshot_error(const Error& e) {
   if (std::strcmp(e.code(), code::kSnapshotInvalid) != 0 && std::strcmp(e.code(), code::kSnapshotIncompatible) != 0) {
@@ -99,7 +86,7 @@ void fuzz_state(const uint8_t* data, size_t size, bool reseal) {
   std::vector<uint8_t> f(data, data + size);
   if (reseal) reseal_state(f);
   try {
-    parse_state_file(f.data(), f.size(), here());
+    parse_state_file(f.data(), f.size(), torpor_test::golden_host());
   } catch (const Error& e) {
     expect_snapshot_error(e);
   }

@@ -84,7 +84,7 @@ class Pagemap {
   Pagemap() : fd_(::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC)) {}
   // Sets zero[i] for each never-touched page of the n pages at `first`.
   void untouched(const uint8_t* first, size_t n, bool* zero) {
-    if (!fd_.valid() || n > kChunkPages) return;
+    if (!fd_.valid() || n > kChunkPages || reinterpret_cast<uintptr_t>(first) % kPageSize != 0) return;
     uint64_t entries[kChunkPages];
     uint64_t off = reinterpret_cast<uintptr_t>(first) / kPageSize * sizeof(uint64_t);
     if (file_io::pread_all(fd_.get(), entries, n * sizeof(uint64_t), off) != 0) return;
@@ -117,35 +117,18 @@ void write_at(int fd, const void* p, size_t n, uint64_t off, const std::string& 
   if (int rc = file_io::pwrite_all(fd, p, n, off); rc < 0) throw_sys_error(code::kIo, "write memory layer " + path, -rc);
 }
 
-// Writes every iovec, in order, starting at `off`: IOV_MAX at a time, resuming after short writes.
-void pwritev_all(int fd, std::vector<iovec>& iov, uint64_t off, const std::string& path) {
+// Writes (or reads) every iovec, in order, at `off`: IOV_MAX at a time,
+// resuming after short transfers. A read that meets the end of the file
+// first is refused: the layer shrank under us.
+void transfer_all(bool write, int fd, std::vector<iovec>& iov, uint64_t off, const std::string& path) {
   size_t i = 0;
   while (i < iov.size()) {
     int cnt = static_cast<int>(std::min(kMaxIov, iov.size() - i));
-    ssize_t n = ::pwritev(fd, &iov[i], cnt, static_cast<off_t>(off));
+    ssize_t n = write ? ::pwritev(fd, &iov[i], cnt, static_cast<off_t>(off))
+                      : ::preadv(fd, &iov[i], cnt, static_cast<off_t>(off));
     if (n < 0) {
       if (errno == EINTR) continue;
-      throw_sys_error(code::kIo, "write memory layer " + path);
-    }
-    off += static_cast<uint64_t>(n);
-    size_t left = static_cast<size_t>(n);
-    while (i < iov.size() && left >= iov[i].iov_len) left -= iov[i++].iov_len;
-    if (left) {
-      iov[i].iov_base = static_cast<uint8_t*>(iov[i].iov_base) + left;
-      iov[i].iov_len -= left;
-    }
-  }
-}
-
-// Reads every iovec, in order, from `off`; a file that ends first is refused.
-void preadv_all(int fd, std::vector<iovec>& iov, uint64_t off, const std::string& path) {
-  size_t i = 0;
-  while (i < iov.size()) {
-    int cnt = static_cast<int>(std::min(kMaxIov, iov.size() - i));
-    ssize_t n = ::preadv(fd, &iov[i], cnt, static_cast<off_t>(off));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      throw_sys_error(code::kIo, "read memory layer " + path);
+      throw_sys_error(code::kIo, (write ? "write memory layer " : "read memory layer ") + path);
     }
     if (n == 0) invalid("memory layer " + path + " ends before its pages (truncated while in use?)");
     off += static_cast<uint64_t>(n);
@@ -156,6 +139,12 @@ void preadv_all(int fd, std::vector<iovec>& iov, uint64_t off, const std::string
       iov[i].iov_len -= left;
     }
   }
+}
+void pwritev_all(int fd, std::vector<iovec>& iov, uint64_t off, const std::string& path) {
+  transfer_all(true, fd, iov, off, path);
+}
+void preadv_all(int fd, std::vector<iovec>& iov, uint64_t off, const std::string& path) {
+  transfer_all(false, fd, iov, off, path);
 }
 
 // Appends [p, p+n) to iov, extending the last entry when it ends at p.
