@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <limits.h>
+#include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
@@ -377,9 +378,29 @@ int MemoryChain::bottom_fd() const { return layers_.front()->fd.get(); }
 std::string MemoryChain::top_identity() const { return identity_hex(layers_.back()->header.identity); }
 size_t MemoryChain::length() const { return layers_.size(); }
 
+// Turns off readahead on the RAM while diff pages are read into it. Each
+// page read into a MAP_PRIVATE mapping of the bottom layer is a
+// copy-on-write fault, and with the default advice every such fault also
+// reads ahead around it in the bottom file: for 4096 scattered pages here,
+// 230 ms instead of 15 ms. Advice only (errors ignored); restored to
+// MADV_NORMAL after, so the guest's own faults read ahead again.
+class NoReadahead {
+ public:
+  explicit NoReadahead(const std::vector<RamRegion>& ram) : ram_(ram) {
+    for (const RamRegion& r : ram_) ::madvise(r.host, r.bytes, MADV_RANDOM);
+  }
+  ~NoReadahead() {
+    for (const RamRegion& r : ram_) ::madvise(r.host, r.bytes, MADV_NORMAL);
+  }
+
+ private:
+  const std::vector<RamRegion>& ram_;
+};
+
 void MemoryChain::apply_diffs(const std::vector<RamRegion>& ram) const {
   if (total_bytes(ram) != ram_bytes_) throw Error(code::kInvalidArgument, "RAM regions do not match the chain's RAM size");
   RamMap map(ram);
+  NoReadahead no_readahead(ram);
   std::vector<iovec> iov;
   std::vector<const uint8_t*> ptrs;
   std::vector<uint32_t> crcs;

@@ -81,7 +81,8 @@ class MemoryChain {
   int bottom_fd() const;
   // Reads every diff page into place, oldest layer first, verifying each
   // page's checksum (runs of adjacent pages are read with one pread).
-  // `ram` must describe ram_bytes in all.
+  // `ram` must describe ram_bytes in all. Readahead is off on `ram` while it
+  // runs (MADV_RANDOM, then MADV_NORMAL: any other read advice is reset).
   void apply_diffs(const std::vector<RamRegion>& ram) const;
   std::string top_identity() const;
   size_t length() const;  // number of layers
