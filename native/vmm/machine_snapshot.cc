@@ -113,9 +113,12 @@ void check_relative(const std::string& p) {
     StateReader::fail("memory layer path '" + p + "' is not a plain relative path");
 }
 
-std::vector<RamRegion> ram_regions(GuestMemory& mem) {
+// anonymous: RAM is MAP_ANONYMOUS (a booted machine), not a layer file mapped
+// MAP_PRIVATE (a restored one): the full-layer writer may then skip pages the
+// kernel says were never touched.
+std::vector<RamRegion> ram_regions(GuestMemory& mem, bool anonymous) {
   std::vector<RamRegion> out;
-  for (const auto& r : mem.regions()) out.push_back({r.host, r.size});
+  for (const auto& r : mem.regions()) out.push_back({r.host, r.size, anonymous});
   return out;
 }
 
@@ -388,7 +391,7 @@ CaptureResult Machine::capture_locked(const std::string& dir, const std::functio
   auto history = console_->tail(config_.console_ring_bytes);
   body.bytes(history.data(), history.size());
   ram_->collect_dirty(*vm_, dirty_);
-  std::vector<RamRegion> ram = ram_regions(ram_->memory());
+  std::vector<RamRegion> ram = ram_regions(ram_->memory(), !ram_->file_backed());
   const std::string tmp = dir + "/" + gen + ".tmp";
   fs::remove_all(tmp);
   fs::create_directory(tmp);
@@ -483,7 +486,7 @@ CaptureResult Machine::capture_locked(const std::string& dir, const std::functio
 
 std::unique_ptr<GuestRam> restore_ram(KvmVm& vm, RestorePlan& plan) {
   auto ram = std::make_unique<GuestRam>(vm, plan.memory->ram_bytes(), plan.memory->bottom_fd(), kMemoryDataOffset);
-  plan.memory->apply_diffs(ram_regions(ram->memory()));
+  plan.memory->apply_diffs(ram_regions(ram->memory(), false));
   return ram;
 }
 
