@@ -193,6 +193,7 @@ Machine::Machine(const MachineConfig& cfg, Callbacks callbacks, RestorePlan* pla
   boot.ram_bytes = ram_->size();
   boot.vcpus = cfg.vcpus;
   boot.device_gsis = gsis;
+  boot.fresh_ram = true;  // anonymous RAM mapped above, untouched so far
   x86::BootEntry entry = x86::load_boot_image(ram_->memory(), boot);
 
   const auto& msrs = x86::msr_support(*kvm_);
