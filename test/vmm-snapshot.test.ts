@@ -166,6 +166,11 @@ kvmTest('20 capture/restore cycles: diffs hold every page the guest or a device 
       await m.resume();
     }
     s.destroy();
+    // The chain was merged off the capture path along the way: the last generation's chain is
+    // a merged layer and the diffs after it, not 21 layers.
+    const manifest = JSON.parse(readFileSync(join(dir, 'gen-21', 'manifest.json'), 'utf8')) as { layers: string[] };
+    assert.ok(manifest.layers[0]!.startsWith('layers/merged-'), `chain: ${manifest.layers.join(' ')}`);
+    assert.ok(manifest.layers.length < 21, `chain of ${manifest.layers.length} layers`);
     // The last generation runs: the guest answers.
     const back = await Machine.restore(dir);
     assert.match(await testvmCommand(back, 'echo after-cycles', 'echo'), /echo=after-cycles/);
@@ -472,6 +477,21 @@ kvmTest('Machine.build creates on a worker thread; the machine boots and stops (
     assert.unreachable('built a machine without a kernel');
   } catch (e) {
     assert.is((e as { code?: string }).code, 'BOOT_FAILED', String(e));
+  }
+});
+
+kvmTest('a snapshot into a directory that cannot be written fails with IO_ERROR and the machine runs on', async () => {
+  const m = await bootTestvm({ memoryMiB: 32 });
+  try {
+    try {
+      await m.snapshot('/proc/torpor-cannot-write-here');
+      assert.unreachable('captured into /proc');
+    } catch (e) {
+      assert.is((e as { code?: string }).code, 'IO_ERROR', String(e));
+    }
+    assert.match(await testvmCommand(m, 'echo still-here', 'echo'), /echo=still-here/);
+  } finally {
+    await m.stop();
   }
 });
 

@@ -139,6 +139,8 @@ export class Machine extends EventEmitter<MachineEvents> {
   // Lifecycle calls run one after another, in call order.
   #queue: Promise<unknown> = Promise.resolve();
   #exit: { state: 'stopped' | 'failed'; reason: ExitReason } | undefined;
+  // Where the last generation was written or read: fork() captures a diff there.
+  #snapshotDir: string | undefined;
   // Console text seen so far, for waitForConsole (bounded).
   #seen = '';
   static readonly #SEEN_MAX = 1 << 20;
@@ -195,6 +197,7 @@ export class Machine extends EventEmitter<MachineEvents> {
         return native;
       },
     });
+    m.#snapshotDir = dir;
     await m.#native.start(want === 'paused');
     return m;
   }
@@ -221,6 +224,7 @@ export class Machine extends EventEmitter<MachineEvents> {
       // A running machine continues as soon as it is captured, while the generation is written.
       const resume = this.#native.state() === 'running' && !opts.stop;
       const result = await this.#native.snapshot(dir, resume);
+      this.#snapshotDir = dir;
       if (opts.stop) await this.#native.stop();
       return result;
     });
@@ -228,14 +232,14 @@ export class Machine extends EventEmitter<MachineEvents> {
 
   /**
    * Forks `count` children from this machine: it pauses briefly while a generation is captured
-   * into `dir` (default: a new temporary directory, kept: the children's layers live there),
-   * then continues; the children restore from that generation, running, sharing its memory
+   * into `dir` (default: the directory of its last snapshot or restore, where only a diff is
+   * written; else a new temporary directory, kept: the children's layers live there), then continues; the children restore from that generation, running, sharing its memory
    * image copy-on-write (MAP_PRIVATE of one file) and each writing its disks to a top layer of
    * its own. Parent and children diverge from there.
    */
   async fork(count: number, dir?: string): Promise<Machine[]> {
     checkInt('count', count, 1, 256);
-    const where = dir ?? mkdtempSync(join(tmpdir(), 'torpor-fork-'));
+    const where = dir ?? this.#snapshotDir ?? mkdtempSync(join(tmpdir(), 'torpor-fork-'));
     await this.snapshot(where);
     return Promise.all(Array.from({ length: count }, () => Machine.restore(where)));
   }

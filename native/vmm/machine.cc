@@ -207,7 +207,10 @@ Machine::Machine(const MachineConfig& cfg, Callbacks callbacks, RestorePlan* pla
   }
 }
 
-Machine::~Machine() { stop(); }
+Machine::~Machine() {
+  stop();
+  if (merge_ && merge_->thread.joinable()) merge_->thread.join();
+}
 
 void Machine::add_virtio(std::unique_ptr<VirtioMmioDevice> dev, std::unique_ptr<KvmIrqLine> irq) {
   if (!dev) throw Error(code::kInternal, "virtio device factory returned nothing");
@@ -321,6 +324,9 @@ ExitReason Machine::release(bool defer_kvm) {
   std::lock_guard<std::mutex> serial(stop_mu_);
   ExitReason reason = stop_locked();
   if (released_.load()) return reason;
+  // A chain merge reads only layer files: let it finish, then forget it.
+  if (merge_ && merge_->thread.joinable()) merge_->thread.join();
+  merge_.reset();
   // Every vCPU thread is joined and the I/O thread stopped: nothing else
   // touches the devices, the buses or guest memory any more.
   final_stats_ = collect_stats();

@@ -23,6 +23,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/error.h"
@@ -169,6 +170,8 @@ class Machine final : private VcpuHost {
 
  private:
   Machine(const MachineConfig& cfg, Callbacks callbacks, RestorePlan* plan);
+  static std::unique_ptr<Machine> restore_from(const std::string& dir, Callbacks callbacks);
+  CaptureResult capture_locked(const std::string& dir, const std::function<void()>& on_captured);
   void load_state(RestorePlan& plan);
   void vcpu_pio(uint16_t port, uint8_t* data, size_t len, bool is_write) override;
   void vcpu_mmio(uint64_t addr, uint8_t* data, size_t len, bool is_write) override;
@@ -249,6 +252,19 @@ class Machine final : private VcpuHost {
   std::vector<std::string> mem_chain_;   // its memory layers, bottom first, relative to snapshot_dir_
   uint64_t generation_ = 0;
   bool restored_ = false;
+  // A merge of the memory chain running off the capture path (at most one).
+  // The next capture after it finished continues from the merged layer.
+  struct ChainMerge {
+    std::thread thread;
+    std::atomic<bool> done{false};
+    bool ok = false;           // written by the thread before `done`
+    std::string dir;           // snapshot_dir_ when it started
+    size_t layers = 0;         // mem_chain_[0, layers) merged
+    std::string merged;        // relative path of the merged layer
+  };
+  std::unique_ptr<ChainMerge> merge_;
+  void start_chain_merge();           // stop_mu_ held
+  void adopt_chain_merge(bool wait);  // stop_mu_ held: joins a finished (or, with wait, any) merge
   std::once_flag finish_once_;
 };
 

@@ -48,6 +48,10 @@ constexpr uint32_t kMaxChain = 64;      // what a restore accepts
 // a restore never reads more than this many layers. (Merging the chain off
 // the capture path, merge_memory_layers, is the better answer: not yet wired.)
 constexpr size_t kChainBound = 32;
+// From this length on a successful capture starts merging the chain into one
+// full layer on a thread of its own (verifying page data as it merges); the
+// next capture after it finished continues from the merged layer.
+constexpr size_t kMergeAt = 8;
 constexpr const char* kCurrent = "current";
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
@@ -260,9 +264,57 @@ std::vector<std::pair<std::string, std::vector<uint8_t>>> Machine::snapshot_part
   return parts;
 }
 
+void Machine::start_chain_merge() {
+  if (merge_ || mem_chain_.size() < kMergeAt) return;
+  auto job = std::make_unique<ChainMerge>();
+  job->dir = snapshot_dir_;
+  job->layers = mem_chain_.size();
+  job->merged = "layers/merged-" + std::to_string(generation_) + "-" + std::to_string(::getpid()) + ".layer";
+  std::vector<std::string> paths;
+  for (const auto& p : mem_chain_) paths.push_back(snapshot_dir_ + "/" + p);
+  uint64_t ram_bytes = ram_->size();
+  ChainMerge* j = job.get();
+  try {
+    fs::create_directories(snapshot_dir_ + "/layers");
+    job->thread = std::thread([j, paths, ram_bytes] {
+      try {
+        merge_memory_layers(paths, ram_bytes, j->dir + "/" + j->merged);
+        j->ok = true;
+      } catch (...) {
+        // The chain stays as it was; the bound makes a later capture write a full layer.
+      }
+      j->done.store(true);
+    });
+  } catch (...) {
+    return;  // no thread (or no directory): no merge this time
+  }
+  merge_ = std::move(job);
+}
+
+void Machine::adopt_chain_merge(bool wait) {
+  if (!merge_ || (!wait && !merge_->done.load())) return;
+  if (merge_->thread.joinable()) merge_->thread.join();
+  // Only for the chain it merged: the machine may have written elsewhere since.
+  if (merge_->ok && merge_->dir == snapshot_dir_ && merge_->layers <= mem_chain_.size()) {
+    std::vector<std::string> chain{merge_->merged};
+    chain.insert(chain.end(), mem_chain_.begin() + static_cast<std::ptrdiff_t>(merge_->layers), mem_chain_.end());
+    mem_chain_ = std::move(chain);
+  }
+  merge_.reset();
+}
+
 CaptureResult Machine::capture(const std::string& dir, const std::function<void()>& on_captured) {
+  try {
+    return capture_locked(dir, on_captured);
+  } catch (const fs::filesystem_error& e) {
+    throw Error(code::kIo, std::string("snapshot into ") + dir + ": " + e.what(), e.code().value());
+  }
+}
+
+CaptureResult Machine::capture_locked(const std::string& dir, const std::function<void()>& on_captured) {
   std::lock_guard<std::mutex> serial(stop_mu_);
   if (released_.load()) throw Error(code::kInvalidState, "capture: the machine was stopped");
+  adopt_chain_merge(/*wait=*/mem_chain_.size() + 1 >= kChainBound);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (state_ != MachineState::Paused)
@@ -412,6 +464,7 @@ CaptureResult Machine::capture(const std::string& dir, const std::function<void(
   snapshot_dir_ = dir;
   mem_chain_ = chain;
   generation_ = res.generation;
+  start_chain_merge();
   return res;
 }
 
@@ -424,6 +477,14 @@ std::unique_ptr<GuestRam> restore_ram(KvmVm& vm, RestorePlan& plan) {
 }
 
 std::unique_ptr<Machine> Machine::restore(const std::string& dir, Callbacks callbacks) {
+  try {
+    return restore_from(dir, std::move(callbacks));
+  } catch (const fs::filesystem_error& e) {
+    throw Error(code::kIo, std::string("restore from ") + dir + ": " + e.what(), e.code().value());
+  }
+}
+
+std::unique_ptr<Machine> Machine::restore_from(const std::string& dir, Callbacks callbacks) {
   const uint64_t n = current_generation(dir);
   if (n == 0) throw Error(code::kSnapshotInvalid, dir + " holds no snapshot (no 'current')");
   auto plan = std::make_unique<RestorePlan>();
