@@ -107,6 +107,8 @@ export interface NativeMachine {
   snapshot(dir: string, resumeWhenCaptured?: boolean): Promise<NativeSnapshotResult>;
   /** Pages written since the last generation (guest and devices). Reads KVM's dirty log; loses nothing. */
   dirtyPageCount(): number;
+  /** The same pages as a bitmap (bit i of byte i/8: RAM's linear page i, slot 0 then slot 1). */
+  dirtyPageBitmap(): Buffer;
   /** The state a capture would save, by part (vm.pit, vcpu0.regs, vcpu0.msr.0x10, dev.<name>@<base>...). Paused only. */
   stateParts(): Record<string, Buffer>;
   /** Resolves when every vCPU is out of KVM_RUN with its pending I/O completed. */

@@ -3,7 +3,7 @@
 // layers, corrupt snapshots refused before any guest runs.
 import { spawn, spawnSync } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
-import { mkdtempSync, readFileSync, rmSync, truncateSync, writeFileSync } from 'node:fs';
+import { closeSync, mkdtempSync, openSync, readFileSync, readSync, rmSync, truncateSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
@@ -492,6 +492,68 @@ kvmTest('a snapshot into a directory that cannot be written fails with IO_ERROR 
     assert.match(await testvmCommand(m, 'echo still-here', 'echo'), /echo=still-here/);
   } finally {
     await m.stop();
+  }
+});
+
+kvmTest('every page the host copied on write after a restore (/proc/self/pagemap) is in the next diff', async () => {
+  const dir = tempDir();
+  const m = await bootTestvm({ memoryMiB: 64, vsockCid: 3, rng: true });
+  try {
+    await m.snapshot(dir, { stop: true });
+    const back = await Machine.restore(dir);
+    try {
+      for (let i = 0; i < 6; i++) {
+        const at = 0x1000000 + Math.floor(Math.random() * 1024) * 4096 * 8;
+        assert.match(await testvmCommand(back, `mem-write 0x${(0x77000000 + i).toString(16)} ${1 + i} 0x${at.toString(16)}`, 'mem-write'), /^mem-write=ok/);
+      }
+      assert.match(await testvmCommand(back, 'rng 32', 'rng'), /^rng=/);
+      const s = await back.vsockConnect(7);
+      let got = 0;
+      s.on('data', (d: Buffer) => (got += d.length));
+      s.write(randomBytes(4096));
+      await until(() => got >= 4096, 'the vsock echo');
+      s.destroy();
+      await back.pause();
+      const dirty = back.dirtyPageBitmap();
+      // Guest RAM is the layer file mapped MAP_PRIVATE at its data offset (4096): a page of it the
+      // host copied on write is present and no longer a file page (pagemap bit 61 clear).
+      const layer = join(dir, 'gen-1', 'mem.layer');
+      const maps = readFileSync('/proc/self/maps', 'utf8').split('\n').filter((l) => l.endsWith(layer));
+      assert.ok(maps.length >= 1, 'the memory layer is not mapped');
+      const pagemap = openSync('/proc/self/pagemap', 'r');
+      let cow = 0;
+      const missing: number[] = [];
+      try {
+        for (const line of maps) {
+          const [range, , offset] = line.split(/\s+/);
+          const [lo, hi] = range!.split('-').map((h) => BigInt(`0x${h}`));
+          const firstPage = (Number.parseInt(offset!, 16) - 4096) / 4096;
+          const pages = Number((hi! - lo!) / 4096n);
+          const entries = Buffer.alloc(pages * 8);
+          readSync(pagemap, entries, 0, entries.length, Number((lo! / 4096n) * 8n));
+          for (let p = 0; p < pages; p++) {
+            const e = entries.readBigUInt64LE(p * 8);
+            const present = (e >> 63n) & 1n;
+            const filePage = (e >> 61n) & 1n;
+            if (!present || filePage) continue;
+            cow++;
+            const page = firstPage + p;
+            if (!((dirty[page >> 3]! >> (page & 7)) & 1)) missing.push(page);
+          }
+        }
+      } finally {
+        closeSync(pagemap);
+      }
+      assert.ok(cow > 0, 'no page was copied on write');
+      assert.equal(missing.slice(0, 8), [], `${missing.length} of ${cow} copied pages are not in the dirty set`);
+      const r = await back.snapshot(dir);
+      assert.ok(r.dirtyPages >= cow, `diff of ${r.dirtyPages} pages, ${cow} copied on write`);
+    } finally {
+      await back.stop();
+    }
+  } finally {
+    await m.stop();
+    rmSync(dir, { recursive: true, force: true });
   }
 });
 

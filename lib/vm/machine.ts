@@ -217,6 +217,9 @@ export class Machine extends EventEmitter<MachineEvents> {
    * written since) are written on a worker thread, fsynced, and `dir/current` is switched to it
    * atomically. Then the machine continues as it was (running or paused), or stops with
    * `{ stop: true }`. Resolves to what was written, with the captured and durable times.
+   * Disks: each writable disk's overlay as it was becomes part of the generation (hard-linked
+   * into it, read-only; copied across filesystems) and a new top layer under `dir/tops/` takes
+   * the writes: do not reuse the old overlay path for another machine.
    */
   snapshot(dir: string, opts: SnapshotOptions = {}): Promise<SnapshotResult> {
     checkString('dir', dir, true);
@@ -256,6 +259,10 @@ export class Machine extends EventEmitter<MachineEvents> {
   /** Pages written since the last generation (by the guest or the devices). Diagnostics and tests. */
   dirtyPageCount(): number {
     return this.#native.dirtyPageCount();
+  }
+  /** The same pages as a bitmap: bit i (byte i >> 3, bit i & 7) is RAM's linear page i. */
+  dirtyPageBitmap(): Buffer {
+    return this.#native.dirtyPageBitmap();
   }
 
   #onEvent(ev: NativeMachineEvent): void {

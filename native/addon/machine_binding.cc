@@ -74,6 +74,7 @@ Napi::Function MachineWrap::define(Napi::Env env) {
                          InstanceMethod<&MachineWrap::snapshot>("snapshot"),
                          InstanceMethod<&MachineWrap::dirty_page_count>("dirtyPageCount"),
                          InstanceMethod<&MachineWrap::state_parts>("stateParts"),
+                         InstanceMethod<&MachineWrap::dirty_page_bitmap>("dirtyPageBitmap"),
                          InstanceMethod<&MachineWrap::pause>("pause"),
                          InstanceMethod<&MachineWrap::resume>("resume"),
                          InstanceMethod<&MachineWrap::stop>("stop"),
@@ -334,6 +335,13 @@ Napi::Value MachineWrap::describe_snapshot(const Napi::CallbackInfo& info) {
     for (auto& [name, bytes] : Machine::snapshot_parts(info[0].As<Napi::String>().Utf8Value()))
       o.Set(name, Napi::Buffer<uint8_t>::Copy(info.Env(), bytes.data(), bytes.size()));
     return o;
+  });
+}
+
+Napi::Value MachineWrap::dirty_page_bitmap(const Napi::CallbackInfo& info) {
+  return guarded(info.Env(), [&]() -> Napi::Value {
+    auto bits = live_machine().dirty_page_bitmap();
+    return Napi::Buffer<uint8_t>::Copy(info.Env(), reinterpret_cast<const uint8_t*>(bits.data()), bits.size() * 8);
   });
 }
 

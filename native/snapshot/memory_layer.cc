@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <limits.h>
+#include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
@@ -65,14 +66,34 @@ class RamMap {
       start += r.bytes;
     }
   }
+  size_t region_of(uint64_t n) const { return std::upper_bound(starts_.begin(), starts_.end(), n) - starts_.begin() - 1; }
   uint8_t* page(uint64_t n) const {
-    size_t i = std::upper_bound(starts_.begin(), starts_.end(), n) - starts_.begin() - 1;
+    size_t i = region_of(n);
     return ram_[i].host + (n - starts_[i]) * kPageSize;
   }
 
  private:
   const std::vector<RamRegion>& ram_;
   std::vector<uint64_t> starts_;
+};
+
+// Which pages of anonymous memory were never touched, from /proc/self/pagemap
+// (one u64 per page: bit 63 present, bit 62 swapped). Without the file (a
+// restricted /proc), nothing is known and every page is read.
+class Pagemap {
+ public:
+  Pagemap() : fd_(::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC)) {}
+  // Sets zero[i] for each never-touched page of the n pages at `first`.
+  void untouched(const uint8_t* first, size_t n, bool* zero) {
+    if (!fd_.valid() || n > kChunkPages || reinterpret_cast<uintptr_t>(first) % kPageSize != 0) return;
+    uint64_t entries[kChunkPages];
+    uint64_t off = reinterpret_cast<uintptr_t>(first) / kPageSize * sizeof(uint64_t);
+    if (file_io::pread_all(fd_.get(), entries, n * sizeof(uint64_t), off) != 0) return;
+    for (size_t i = 0; i < n; i++) zero[i] = (entries[i] & (3ull << 62)) == 0;
+  }
+
+ private:
+  Fd fd_;
 };
 
 void random_identity(uint8_t* id) {
@@ -87,8 +108,8 @@ void random_identity(uint8_t* id) {
   }
 }
 
-Fd create_file(const std::string& path) {
-  Fd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+Fd create_file(const std::string& path, bool truncate = true) {
+  Fd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (truncate ? O_TRUNC : 0), 0644));
   if (!fd.valid()) throw_sys_error(code::kIo, "create memory layer " + path);
   return fd;
 }
@@ -97,35 +118,18 @@ void write_at(int fd, const void* p, size_t n, uint64_t off, const std::string& 
   if (int rc = file_io::pwrite_all(fd, p, n, off); rc < 0) throw_sys_error(code::kIo, "write memory layer " + path, -rc);
 }
 
-// Writes every iovec, in order, starting at `off`: IOV_MAX at a time, resuming after short writes.
-void pwritev_all(int fd, std::vector<iovec>& iov, uint64_t off, const std::string& path) {
+// Writes (or reads) every iovec, in order, at `off`: IOV_MAX at a time,
+// resuming after short transfers. A read that meets the end of the file
+// first is refused: the layer shrank under us.
+void transfer_all(bool write, int fd, std::vector<iovec>& iov, uint64_t off, const std::string& path) {
   size_t i = 0;
   while (i < iov.size()) {
     int cnt = static_cast<int>(std::min(kMaxIov, iov.size() - i));
-    ssize_t n = ::pwritev(fd, &iov[i], cnt, static_cast<off_t>(off));
+    ssize_t n = write ? ::pwritev(fd, &iov[i], cnt, static_cast<off_t>(off))
+                      : ::preadv(fd, &iov[i], cnt, static_cast<off_t>(off));
     if (n < 0) {
       if (errno == EINTR) continue;
-      throw_sys_error(code::kIo, "write memory layer " + path);
-    }
-    off += static_cast<uint64_t>(n);
-    size_t left = static_cast<size_t>(n);
-    while (i < iov.size() && left >= iov[i].iov_len) left -= iov[i++].iov_len;
-    if (left) {
-      iov[i].iov_base = static_cast<uint8_t*>(iov[i].iov_base) + left;
-      iov[i].iov_len -= left;
-    }
-  }
-}
-
-// Reads every iovec, in order, from `off`; a file that ends first is refused.
-void preadv_all(int fd, std::vector<iovec>& iov, uint64_t off, const std::string& path) {
-  size_t i = 0;
-  while (i < iov.size()) {
-    int cnt = static_cast<int>(std::min(kMaxIov, iov.size() - i));
-    ssize_t n = ::preadv(fd, &iov[i], cnt, static_cast<off_t>(off));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      throw_sys_error(code::kIo, "read memory layer " + path);
+      throw_sys_error(code::kIo, (write ? "write memory layer " : "read memory layer ") + path);
     }
     if (n == 0) invalid("memory layer " + path + " ends before its pages (truncated while in use?)");
     off += static_cast<uint64_t>(n);
@@ -136,6 +140,12 @@ void preadv_all(int fd, std::vector<iovec>& iov, uint64_t off, const std::string
       iov[i].iov_len -= left;
     }
   }
+}
+void pwritev_all(int fd, std::vector<iovec>& iov, uint64_t off, const std::string& path) {
+  transfer_all(true, fd, iov, off, path);
+}
+void preadv_all(int fd, std::vector<iovec>& iov, uint64_t off, const std::string& path) {
+  transfer_all(false, fd, iov, off, path);
 }
 
 // Appends [p, p+n) to iov, extending the last entry when it ends at p.
@@ -160,7 +170,8 @@ void write_header_page(int fd, const Header& h, const std::string& path) {
 }
 
 // Streams a RAM image (chunk by chunk, through `source`, which points
-// ptrs[0, k) at pages p0.. of the image) into a full layer: zero pages are
+// ptrs[0, k) at pages p0.. of the image and sets known_zero[i] for pages it
+// knows are zero without reading them) into a full layer: zero pages are
 // found first and left as holes, runs of non-zero pages are written with one
 // pwrite each and only they are checksummed. Returns the number of non-zero
 // pages; `content_crc` gets the checksum of all page checksums.
@@ -173,14 +184,16 @@ uint64_t write_image(int fd, uint64_t ram_pages, Source&& source, uint32_t& cont
   const uint8_t* data_ptrs[kChunkPages];
   uint32_t data_crcs[kChunkPages];
   size_t data_at[kChunkPages];
+  bool known_zero[kChunkPages];
   uint32_t content = 0;
   for (uint64_t p0 = 0; p0 < ram_pages; p0 += kChunkPages) {
     size_t k = static_cast<size_t>(std::min<uint64_t>(kChunkPages, ram_pages - p0));
-    source(p0, k, ptrs);
+    std::fill(known_zero, known_zero + k, false);
+    source(p0, k, ptrs, known_zero);
     size_t run_start = 0, m = 0;
     bool in_run = false;
     for (size_t i = 0; i <= k; i++) {
-      bool zero = i == k || page_is_zero(ptrs[i]);
+      bool zero = i == k || known_zero[i] || page_is_zero(ptrs[i]);
       bool contiguous = in_run && i < k && ptrs[i] == ptrs[i - 1] + kPageSize;
       if (in_run && (zero || !contiguous)) {
         write_at(fd, ptrs[run_start], (i - run_start) * kPageSize, kMemoryDataOffset + (p0 + run_start) * kPageSize, path);
@@ -244,11 +257,20 @@ LayerInfo memory_format::write_full_layer_as(const std::string& path, const std:
   if (ram_bytes > kMaxRamBytes) throw Error(code::kInvalidArgument, "RAM too large for a memory layer");
   RamMap map(ram);
   Fd fd = create_file(path);
+  Pagemap pagemap;
   uint32_t content_crc = 0;
   uint64_t pages = write_image(
       fd.get(), ram_bytes / kPageSize,
-      [&](uint64_t p0, size_t k, const uint8_t** ptrs) {
+      [&](uint64_t p0, size_t k, const uint8_t** ptrs, bool* known_zero) {
         for (size_t i = 0; i < k; i++) ptrs[i] = map.page(p0 + i);
+        // Runs of pages inside one anonymous region: ask the pagemap.
+        for (size_t i = 0; i < k;) {
+          size_t r = map.region_of(p0 + i);
+          size_t j = i + 1;
+          while (j < k && map.region_of(p0 + j) == r) j++;
+          if (ram[r].anonymous) pagemap.untouched(ptrs[i], j - i, known_zero + i);
+          i = j;
+        }
       },
       content_crc, path);
   if (::ftruncate(fd.get(), static_cast<off_t>(kMemoryDataOffset + ram_bytes)) != 0)
@@ -290,8 +312,9 @@ LayerInfo memory_format::write_diff_layer_as(const std::string& path, uint64_t r
   iov.reserve(n + 1);
   iov.push_back({head.data(), head.size()});
   for (size_t i = 0; i < n; i++) add_iov(iov, ptrs[i], kPageSize);
-  Fd fd = create_file(path);
+  Fd fd = create_file(path, /*truncate=*/false);
   pwritev_all(fd.get(), iov, 0, path);
+  if (::ftruncate(fd.get(), static_cast<off_t>(h.file_bytes)) != 0) throw_sys_error(code::kIo, "size memory layer " + path);
   return finish(fd.get(), path, n, sync);
 }
 
@@ -355,9 +378,29 @@ int MemoryChain::bottom_fd() const { return layers_.front()->fd.get(); }
 std::string MemoryChain::top_identity() const { return identity_hex(layers_.back()->header.identity); }
 size_t MemoryChain::length() const { return layers_.size(); }
 
+// Turns off readahead on the RAM while diff pages are read into it. Each
+// page read into a MAP_PRIVATE mapping of the bottom layer is a
+// copy-on-write fault, and with the default advice every such fault also
+// reads ahead around it in the bottom file: for 4096 scattered pages here,
+// 230 ms instead of 15 ms. Advice only (errors ignored); restored to
+// MADV_NORMAL after, so the guest's own faults read ahead again.
+class NoReadahead {
+ public:
+  explicit NoReadahead(const std::vector<RamRegion>& ram) : ram_(ram) {
+    for (const RamRegion& r : ram_) ::madvise(r.host, r.bytes, MADV_RANDOM);
+  }
+  ~NoReadahead() {
+    for (const RamRegion& r : ram_) ::madvise(r.host, r.bytes, MADV_NORMAL);
+  }
+
+ private:
+  const std::vector<RamRegion>& ram_;
+};
+
 void MemoryChain::apply_diffs(const std::vector<RamRegion>& ram) const {
   if (total_bytes(ram) != ram_bytes_) throw Error(code::kInvalidArgument, "RAM regions do not match the chain's RAM size");
   RamMap map(ram);
+  NoReadahead no_readahead(ram);
   std::vector<iovec> iov;
   std::vector<const uint8_t*> ptrs;
   std::vector<uint32_t> crcs;
@@ -404,7 +447,7 @@ LayerInfo merge_memory_layers(const std::vector<std::string>& layer_paths, uint6
     uint32_t content_crc = 0;
     uint64_t pages = write_image(
         out.get(), ram_bytes / kPageSize,
-        [&](uint64_t p0, size_t k, const uint8_t** ptrs) {
+        [&](uint64_t p0, size_t k, const uint8_t** ptrs, bool*) {
           // The bottom's pages (holes read as zeros), checked against its content checksum as we go.
           if (int rc = file_io::pread_all(bottom.fd.get(), buf.data(), k * kPageSize,
                                           kMemoryDataOffset + p0 * kPageSize); rc < 0) {

@@ -31,6 +31,11 @@ inline constexpr size_t kLayerIdentityBytes = 16;
 struct RamRegion {
   uint8_t* host;
   uint64_t bytes;  // a multiple of kPageSize
+  // MAP_ANONYMOUS memory: the full-layer writer asks the kernel
+  // (/proc/self/pagemap) which pages were never touched (neither present nor
+  // swapped: zero by definition) and skips reading them, which would fault
+  // each one in. Leave false for file-backed RAM (a restored machine's).
+  bool anonymous = false;
 };
 struct PageRef {
   uint64_t page;         // linear page index
@@ -48,7 +53,10 @@ struct LayerInfo {
 // capture report its captured and durable times apart).
 LayerInfo write_full_layer(const std::string& path, const std::vector<RamRegion>& ram, bool sync = true);
 // Writes a diff layer over the layer whose identity is `parent_identity`
-// (as layer_identity returns it) and fsyncs it. `pages` may come in any
+// (as layer_identity returns it) and fsyncs it. An existing file at `path`
+// is overwritten in place and then cut to size (not truncated first): a
+// caller that recycles a dropped generation's layer file this way reuses
+// its page-cache pages, several times faster than allocating new ones. `pages` may come in any
 // order; duplicates are refused (INVALID_ARGUMENT).
 LayerInfo write_diff_layer(const std::string& path, uint64_t ram_bytes, const std::string& parent_identity,
                            const std::vector<PageRef>& pages, bool sync = true);
@@ -75,7 +83,8 @@ class MemoryChain {
   int bottom_fd() const;
   // Reads every diff page into place, oldest layer first, verifying each
   // page's checksum (runs of adjacent pages are read with one pread).
-  // `ram` must describe ram_bytes in all.
+  // `ram` must describe ram_bytes in all. Readahead is off on `ram` while it
+  // runs (MADV_RANDOM, then MADV_NORMAL: any other read advice is reset).
   void apply_diffs(const std::vector<RamRegion>& ram) const;
   std::string top_identity() const;
   size_t length() const;  // number of layers

@@ -13,26 +13,15 @@
 #include "snapshot/crc32c.h"
 #include "snapshot/envelope.h"
 #include "test/check.h"
+#include "test/snapshot_fixtures.h"
 #include "test/temp_dir.h"
 
 using namespace torpor;
 using torpor_test::TempDir;
+using torpor_test::golden_host;
 
 namespace {
 
-HostFingerprint pvm_host() {
-  HostFingerprint fp;
-  fp.host_kind = "pvm";
-  fp.cpu_vendor = "GenuineIntel";
-  fp.family = 6;
-  fp.model = 85;
-  fp.stepping = 7;
-  fp.features = {0x7ffafbff, 0xbfebfbff, 0x029c67af, 0x00000008, 0xbc000400, 0x0000000f, 0x00000121, 0x2c100800};
-  fp.tsc_khz = 2100000;
-  fp.kvm_api = 12;
-  fp.kvm_module_id = "A1B2C3D4E5F6";
-  return fp;
-}
 
 std::vector<uint8_t> sample_body() {
   std::vector<uint8_t> body(300);
@@ -73,30 +62,30 @@ TEST("snapshot crc32c: check value, table = hardware, continuation, pages") {
 }
 
 TEST("snapshot envelope: round trip in memory and through a file") {
-  auto file = encode_state_file(pvm_host(), sample_body());
-  CHECK(parse_state_file(file.data(), file.size(), pvm_host()) == sample_body());
+  auto file = encode_state_file(golden_host(), sample_body());
+  CHECK(parse_state_file(file.data(), file.size(), golden_host()) == sample_body());
   TempDir dir("torpor-envelope");
-  write_state_file(dir.file("vm.state"), pvm_host(), sample_body());
-  CHECK(read_state_file(dir.file("vm.state"), pvm_host()) == sample_body());
+  write_state_file(dir.file("vm.state"), golden_host(), sample_body());
+  CHECK(read_state_file(dir.file("vm.state"), golden_host()) == sample_body());
   // An empty body is a valid (if useless) state.
-  auto empty = encode_state_file(pvm_host(), {});
-  CHECK(parse_state_file(empty.data(), empty.size(), pvm_host()).empty());
+  auto empty = encode_state_file(golden_host(), {});
+  CHECK(parse_state_file(empty.data(), empty.size(), golden_host()).empty());
   // Writing again replaces the file whole.
-  write_state_file(dir.file("vm.state"), pvm_host(), {1, 2, 3});
-  CHECK(read_state_file(dir.file("vm.state"), pvm_host()) == std::vector<uint8_t>({1, 2, 3}));
+  write_state_file(dir.file("vm.state"), golden_host(), {1, 2, 3});
+  CHECK(read_state_file(dir.file("vm.state"), golden_host()) == std::vector<uint8_t>({1, 2, 3}));
 }
 
 TEST("snapshot envelope: fingerprint round trip") {
   StateWriter w;
-  write_fingerprint(w, pvm_host());
+  write_fingerprint(w, golden_host());
   StateReader r(w.data());
-  CHECK(read_fingerprint(r) == pvm_host());
+  CHECK(read_fingerprint(r) == golden_host());
   r.expect_end();
 }
 
 TEST("snapshot envelope: each header field corrupted is SNAPSHOT_INVALID") {
-  const auto good = encode_state_file(pvm_host(), sample_body());
-  const HostFingerprint here = pvm_host();
+  const auto good = encode_state_file(golden_host(), sample_body());
+  const HostFingerprint here = golden_host();
   const uint32_t fp_bytes = [&] { uint32_t v; std::memcpy(&v, &good[16], 4); return v; }();
   auto with = [&](auto mutate) {
     auto f = good;
@@ -131,39 +120,39 @@ TEST("snapshot envelope: each header field corrupted is SNAPSHOT_INVALID") {
 }
 
 TEST("snapshot envelope: every truncation, extension and bit flip is SNAPSHOT_INVALID") {
-  const auto good = encode_state_file(pvm_host(), sample_body());
+  const auto good = encode_state_file(golden_host(), sample_body());
   for (size_t len = 0; len < good.size(); len++) {
     std::vector<uint8_t> cut(good.begin(), good.begin() + len);
-    CHECK_STR_EQ(error_of(cut, pvm_host()), std::string("SNAPSHOT_INVALID"));
+    CHECK_STR_EQ(error_of(cut, golden_host()), std::string("SNAPSHOT_INVALID"));
   }
   auto longer = good;
   longer.push_back(0);
-  CHECK_STR_EQ(error_of(longer, pvm_host()), std::string("SNAPSHOT_INVALID"));
+  CHECK_STR_EQ(error_of(longer, golden_host()), std::string("SNAPSHOT_INVALID"));
   for (size_t bit = 0; bit < good.size() * 8; bit++) {
     auto f = good;
     f[bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
-    CHECK_STR_EQ(error_of(f, pvm_host()), std::string("SNAPSHOT_INVALID"));
+    CHECK_STR_EQ(error_of(f, golden_host()), std::string("SNAPSHOT_INVALID"));
   }
 }
 
 TEST("snapshot envelope: validation order (version before checksum, checksum before fingerprint)") {
-  auto f = encode_state_file(pvm_host(), sample_body());
+  auto f = encode_state_file(golden_host(), sample_body());
   put32(f, 8, 7);  // wrong version and now a wrong checksum too
   std::string msg;
-  CHECK_STR_EQ(error_of(f, pvm_host(), &msg), std::string("SNAPSHOT_INVALID"));
+  CHECK_STR_EQ(error_of(f, golden_host(), &msg), std::string("SNAPSHOT_INVALID"));
   CHECK(msg.find("version 7") != std::string::npos);
   // A corrupt file from another host kind: corrupt wins (nothing in it can be trusted).
-  HostFingerprint hw = pvm_host();
+  HostFingerprint hw = golden_host();
   hw.host_kind = "hardware";
   auto g = encode_state_file(hw, sample_body());
   g[40] ^= 0x10;
-  CHECK_STR_EQ(error_of(g, pvm_host()), std::string("SNAPSHOT_INVALID"));
+  CHECK_STR_EQ(error_of(g, golden_host()), std::string("SNAPSHOT_INVALID"));
 }
 
 TEST("snapshot envelope: another host is SNAPSHOT_INCOMPATIBLE naming the difference") {
-  const HostFingerprint here = pvm_host();
+  const HostFingerprint here = golden_host();
   auto refused = [&](auto mutate, const char* words) {
-    HostFingerprint saved = pvm_host();
+    HostFingerprint saved = golden_host();
     mutate(saved);
     auto f = encode_state_file(saved, sample_body());
     std::string msg;
@@ -172,26 +161,26 @@ TEST("snapshot envelope: another host is SNAPSHOT_INCOMPATIBLE naming the differ
   };
   refused([](auto& s) { s.host_kind = "hardware"; }, "taken on a hardware host and this is a pvm host");
   refused([](auto& s) { s.cpu_vendor = "AuthenticAMD"; }, "CPU vendor AuthenticAMD there, GenuineIntel here");
-  refused([](auto& s) { s.features[2] |= 1u << 16; }, "lacks feature CPUID.7.0:EBX bit 16");
+  refused([](auto& s) { s.features[2] |= 1u << 2; }, "lacks feature CPUID.7.0:EBX bit 2");
   refused([](auto& s) { s.features.pop_back(); }, "describe CPU features differently");
-  refused([](auto& s) { s.tsc_khz = 3000000; }, "TSC frequency 3000000 kHz there, 2100000 kHz here");
+  refused([](auto& s) { s.tsc_khz = 3000000; }, "TSC frequency 3000000 kHz there, 2000000 kHz here");
   refused([](auto& s) { s.kvm_api = 11; }, "KVM API version 11");
   refused([](auto& s) { s.kvm_module_id = "OTHER"; }, "KVM module 'OTHER' there");
   // A snapshot from a CPU with fewer features restores on this one; model and stepping may differ.
-  HostFingerprint older = pvm_host();
+  HostFingerprint older = golden_host();
   older.features[0] &= ~(1u << 30);
-  older.model = 79;
+  older.model = 85;
   older.stepping = 1;
   auto f = encode_state_file(older, sample_body());
   CHECK(parse_state_file(f.data(), f.size(), here) == sample_body());
   // Hardware and PVM never interchange, either way round.
-  HostFingerprint hw = pvm_host();
+  HostFingerprint hw = golden_host();
   hw.host_kind = "hardware";
   hw.kvm_module_id = "";
-  auto pvm_file = encode_state_file(pvm_host(), sample_body());
+  auto pvm_file = encode_state_file(golden_host(), sample_body());
   CHECK_STR_EQ(error_of(pvm_file, hw), std::string("SNAPSHOT_INCOMPATIBLE"));
   // An unknown host kind in a well-formed file is malformed, not another host.
-  HostFingerprint odd = pvm_host();
+  HostFingerprint odd = golden_host();
   odd.host_kind = "tcg";
   auto odd_file = encode_state_file(odd, sample_body());
   CHECK_STR_EQ(error_of(odd_file, here), std::string("SNAPSHOT_INVALID"));
@@ -206,8 +195,8 @@ TEST("snapshot envelope: size cap, missing file, body over the cap") {
     CHECK_EQ(::ftruncate(fd, static_cast<off_t>(kMaxStateFileBytes + 1)), 0);  // sparse: costs nothing
     ::close(fd);
   }
-  CHECK_THROWS_CODE(read_state_file(big, pvm_host()), "SNAPSHOT_INVALID");
-  CHECK_THROWS_CODE(read_state_file(dir.file("absent.state"), pvm_host()), "IO_ERROR");
+  CHECK_THROWS_CODE(read_state_file(big, golden_host()), "SNAPSHOT_INVALID");
+  CHECK_THROWS_CODE(read_state_file(dir.file("absent.state"), golden_host()), "IO_ERROR");
   std::vector<uint8_t> huge(kMaxStateFileBytes);
-  CHECK_THROWS_CODE(encode_state_file(pvm_host(), huge), "INVALID_ARGUMENT");
+  CHECK_THROWS_CODE(encode_state_file(golden_host(), huge), "INVALID_ARGUMENT");
 }

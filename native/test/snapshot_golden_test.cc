@@ -18,29 +18,18 @@
 #include "snapshot/memory_layer.h"
 #include "snapshot/memory_layer_format.h"
 #include "test/check.h"
+#include "test/snapshot_fixtures.h"
 #include "test/temp_dir.h"
 
 using namespace torpor;
 using namespace torpor::memory_format;
+using torpor_test::golden_host;
 
 namespace {
 
 const std::string kGoldenDir = std::filesystem::path(__FILE__).parent_path().string() + "/golden";
 constexpr uint64_t kRegionPages = 8;  // two regions of 8 pages: 64 KiB of RAM
 
-HostFingerprint golden_host() {
-  HostFingerprint fp;
-  fp.host_kind = "pvm";
-  fp.cpu_vendor = "GenuineIntel";
-  fp.family = 6;
-  fp.model = 143;
-  fp.stepping = 8;
-  fp.features = {0x7ffefbff, 0xbfebfbff, 0xf1bf07ab, 0x1b417fde, 0xbc040412, 0x0000000f, 0x00000121, 0x2c100800};
-  fp.tsc_khz = 2000000;
-  fp.kvm_api = 12;
-  fp.kvm_module_id = "0123456789ABCDEF0123456";
-  return fp;
-}
 
 std::vector<uint8_t> golden_body() {
   StateWriter w;

@@ -39,9 +39,9 @@ struct Ram {
     for (size_t i = 0; i < bases.size(); i++) ::munmap(bases[i], sizes[i]);
   }
   Ram(const Ram&) = delete;
-  std::vector<RamRegion> regions() const {
+  std::vector<RamRegion> regions(bool anonymous = false) const {
     std::vector<RamRegion> r;
-    for (size_t i = 0; i < bases.size(); i++) r.push_back({bases[i], sizes[i]});
+    for (size_t i = 0; i < bases.size(); i++) r.push_back({bases[i], sizes[i], anonymous});
     return r;
   }
   uint64_t bytes() const {
@@ -173,6 +173,43 @@ TEST("snapshot memory: full layer round trip, zero pages are holes") {
   // A second full layer gets another identity.
   write_full_layer(dir.file("again.layer"), ram.regions());
   CHECK(layer_identity(dir.file("again.layer")) != layer_identity(path));
+}
+
+TEST("snapshot memory: the anonymous-memory hint (pagemap) writes the same image") {
+  TempDir dir("torpor-memlayer");
+  Ram ram({256, 256});
+  for (uint64_t p : {0, 5, 255, 256, 400}) ram.stamp(p, static_cast<uint32_t>(p + 3));
+  volatile uint8_t sink = ram.page(7)[0];  // read-touched: maps the shared zero page
+  (void)sink;
+  std::memset(ram.page(300), 0, kPageSize);  // written, yet zero
+  ram.page(301)[4095] = 1;                     // written, one byte
+  LayerInfo plain = write_full_layer(dir.file("plain"), ram.regions(false));
+  LayerInfo hinted = write_full_layer(dir.file("hinted"), ram.regions(true));
+  CHECK_EQ(hinted.pages, plain.pages);
+  CHECK_EQ(hinted.pages, uint64_t{6});
+  auto a = read_file(dir.file("plain")), b = read_file(dir.file("hinted"));
+  CHECK(std::memcmp(a.data() + kMemoryDataOffset, b.data() + kMemoryDataOffset, ram.bytes()) == 0);
+  // Same content checksum too (the merge verifies it).
+  merge_memory_layers({dir.file("hinted")}, ram.bytes(), dir.file("merged"));
+  Header ha, hb;
+  std::memcpy(&ha, a.data(), sizeof ha);
+  std::memcpy(&hb, b.data(), sizeof hb);
+  CHECK_EQ(ha.content_crc, hb.content_crc);
+}
+
+TEST("snapshot memory: a diff written over an existing file replaces it exactly") {
+  Chain3 c;
+  // Recycle the (bigger) full layer's file as the next diff: no truncation first.
+  const std::string recycled = c.dir.file("recycled.layer");
+  write_file(recycled, read_file(c.full));
+  c.ram.stamp(50, 50);
+  LayerInfo info = write_diff_layer(recycled, c.ram.bytes(), layer_identity(c.d2), refs(c.ram, {50}));
+  CHECK_EQ(info.file_bytes, 2 * kPageSize + kPageSize);
+  MemoryChain chain = MemoryChain::open({c.full, c.d1, c.d2, recycled}, c.ram.bytes());
+  Ram back({64, 32});
+  load_bottom(chain, back);
+  chain.apply_diffs(back.regions());
+  CHECK(back.same_as(c.ram));
 }
 
 TEST("snapshot memory: diff chain applies in order, sizes match what was dirtied") {

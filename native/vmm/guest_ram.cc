@@ -8,7 +8,8 @@
 
 namespace torpor {
 
-GuestRam::GuestRam(KvmVm& vm, uint64_t ram_bytes, int backing_fd, uint64_t backing_offset) : size_(ram_bytes) {
+GuestRam::GuestRam(KvmVm& vm, uint64_t ram_bytes, int backing_fd, uint64_t backing_offset)
+    : size_(ram_bytes), file_backed_(backing_fd >= 0) {
   if (ram_bytes == 0 || ram_bytes % kPageSize) throw Error(code::kInvalidArgument, "RAM size must be a positive page multiple");
   struct Slot {
     uint64_t gpa, bytes;

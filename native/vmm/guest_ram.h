@@ -28,6 +28,7 @@ class GuestRam {
   GuestMemory& memory() { return mem_; }
   uint64_t size() const { return size_; }
   size_t slot_count() const { return maps_.size(); }
+  bool file_backed() const { return file_backed_; }
   // Pages written since the last call, by the guest (KVM's dirty log) or by
   // the VMM (GuestMemory's bitmap), ORed into `bitmap`: RAM's linear page
   // index (slot 0 then slot 1). Resized to cover RAM.
@@ -41,6 +42,7 @@ class GuestRam {
   std::vector<Mapping> maps_;
   GuestMemory mem_;
   uint64_t size_;
+  bool file_backed_ = false;
 };
 
 }  // namespace torpor

@@ -115,6 +115,8 @@ class Machine final : private VcpuHost {
   // Pages written since the last generation, by the guest or by the devices
   // (reads KVM's dirty log; nothing is lost for the next capture).
   uint64_t dirty_page_count();
+  // The same pages as a bitmap (bit i: RAM's linear page i), nothing cleared.
+  std::vector<uint64_t> dirty_page_bitmap();
   // The state a capture would save, as named parts (vm.pit, vcpu0.regs,
   // vcpu0.msr.0x10, dev.<name>@<base>, ...): round-trip tests compare them.
   // Paused machines only.

@@ -113,9 +113,12 @@ void check_relative(const std::string& p) {
     StateReader::fail("memory layer path '" + p + "' is not a plain relative path");
 }
 
-std::vector<RamRegion> ram_regions(GuestMemory& mem) {
+// anonymous: RAM is MAP_ANONYMOUS (a booted machine), not a layer file mapped
+// MAP_PRIVATE (a restored one): the full-layer writer may then skip pages the
+// kernel says were never touched.
+std::vector<RamRegion> ram_regions(GuestMemory& mem, bool anonymous) {
   std::vector<RamRegion> out;
-  for (const auto& r : mem.regions()) out.push_back({r.host, r.size});
+  for (const auto& r : mem.regions()) out.push_back({r.host, r.size, anonymous});
   return out;
 }
 
@@ -203,6 +206,13 @@ uint64_t Machine::dirty_page_count() {
   uint64_t n = 0;
   for (uint64_t w : dirty_) n += static_cast<uint64_t>(std::popcount(w));
   return n;
+}
+
+std::vector<uint64_t> Machine::dirty_page_bitmap() {
+  std::lock_guard<std::mutex> serial(stop_mu_);
+  if (released_.load() || !ram_) return {};
+  ram_->collect_dirty(*vm_, dirty_);
+  return dirty_;
 }
 
 std::vector<std::pair<std::string, std::vector<uint8_t>>> Machine::state_parts() {
@@ -381,7 +391,7 @@ CaptureResult Machine::capture_locked(const std::string& dir, const std::functio
   auto history = console_->tail(config_.console_ring_bytes);
   body.bytes(history.data(), history.size());
   ram_->collect_dirty(*vm_, dirty_);
-  std::vector<RamRegion> ram = ram_regions(ram_->memory());
+  std::vector<RamRegion> ram = ram_regions(ram_->memory(), !ram_->file_backed());
   const std::string tmp = dir + "/" + gen + ".tmp";
   fs::remove_all(tmp);
   fs::create_directory(tmp);
@@ -392,6 +402,10 @@ CaptureResult Machine::capture_locked(const std::string& dir, const std::functio
     std::string name = "/disk" + std::to_string(f.disk) + ".overlay";
     link_or_copy(f.old_top, tmp + name);
     link_or_copy(OverlayDisk::map_path(f.old_top), OverlayDisk::map_path(tmp + name));
+    // Immutable from here: read-only for everyone (a sign to whoever held the
+    // old path; root is not stopped by it, the docs say not to reuse the path).
+    ::chmod((tmp + name).c_str(), 0444);
+    ::chmod(OverlayDisk::map_path(tmp + name).c_str(), 0444);
     disk_bytes += file_bytes(tmp + name) + file_bytes(OverlayDisk::map_path(tmp + name));
     f.new_top = new_top_path(dir, f.disk, "g", res.generation);
     if (int rc = virtio_blk_push_overlay(dev, f.new_top); rc < 0)
@@ -472,7 +486,7 @@ CaptureResult Machine::capture_locked(const std::string& dir, const std::functio
 
 std::unique_ptr<GuestRam> restore_ram(KvmVm& vm, RestorePlan& plan) {
   auto ram = std::make_unique<GuestRam>(vm, plan.memory->ram_bytes(), plan.memory->bottom_fd(), kMemoryDataOffset);
-  plan.memory->apply_diffs(ram_regions(ram->memory()));
+  plan.memory->apply_diffs(ram_regions(ram->memory(), false));
   return ram;
 }
 
