@@ -1,15 +1,16 @@
 // Kernel loading reads each PT_LOAD segment straight from the file into guest
 // RAM and leaves fresh (zero) RAM untouched where the ELF asks for zeros
-// (native/vmm/x86_64/kernel_loader.cc). These tests read guest memory back
-// and compare it with the file, segment by segment: a multi-segment ELF64 made
-// here (then booted), and the Linux vmlinux `torpor setup` built, when present.
+// (native/vmm/x86_64/kernel_loader.cc), and the initrd likewise. These tests
+// read guest memory back and compare it with the files: a multi-segment ELF64
+// made here (then booted), an initrd, and the Linux vmlinux `torpor setup`
+// built, when present.
 import { readFileSync } from 'node:fs';
 
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
 import { Machine } from '../lib/vm/machine.js';
-import { builtVmlinux, kvmSkipReason, writeTemp } from './vmm-guests.js';
+import { builtVmlinux, kvmSkipReason, pvhElf32, writeTemp } from './vmm-guests.js';
 import { testUnless } from './skip-unless.js';
 
 const kvmTest = testUnless('vmm-kernel-load', kvmSkipReason());
@@ -119,6 +120,29 @@ kvmTest('a segment whose zero tail overlaps an earlier segment zeroes it (as the
   try {
     assert.ok(m.readGuest(0x1002000, 0x2000).every((b) => b === 0));
     assert.ok(m.readGuest(0x1000000, 0x2000).equals(segments[0]!.data.subarray(0, 0x2000)));
+  } finally {
+    await m.stop();
+  }
+});
+
+kvmTest('initrd: read into guest RAM at the top of low memory, named by the PVH start info', async () => {
+  const initrd = pattern((3 << 20) + 123, 5);
+  const m = Machine.create({
+    kernel: writeTemp('pvh.elf', pvhElf32()),
+    initrd: writeTemp('initrd.img', initrd),
+    vcpus: 1,
+    memoryMiB: 64,
+  });
+  try {
+    // hvm_start_info (at 0x6000: native/vmm/x86_64/layout.h): nr_modules at +12, modlist_paddr at +16.
+    const startInfo = m.readGuest(0x6000, 56);
+    assert.is(startInfo.readUInt32LE(12), 1);
+    const mod = m.readGuest(Number(startInfo.readBigUInt64LE(16)), 32);
+    const addr = Number(mod.readBigUInt64LE(0));
+    assert.is(Number(mod.readBigUInt64LE(8)), initrd.length);
+    assert.is(addr % 4096, 0);
+    assert.ok(addr + initrd.length <= 64 << 20);
+    assert.ok(m.readGuest(addr, initrd.length).equals(initrd));
   } finally {
     await m.stop();
   }
