@@ -2,10 +2,11 @@
 // build: each exercises one boot path (PVH ELF32, ELF64 through the 64-bit
 // boot protocol, bzImage). Machine code from the assembly shown beside it
 // (GNU as, linked at the load address given).
-import { accessSync, constants, existsSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { accessSync, closeSync, constants, existsSync, mkdtempSync, openSync, readdirSync, readSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
+import { homeLayout } from '../lib/store/home.js';
 import { Machine, type MachineOptions } from '../lib/vm/machine.js';
 
 /*
@@ -151,6 +152,24 @@ export function writeTemp(name: string, bytes: Buffer): string {
 export function testvmImage(): string | null {
   const path = new URL('../guest/testvm/out/testvm.elf', import.meta.url).pathname;
   return existsSync(path) ? path : null;
+}
+
+/** The ELF64 vmlinux `torpor setup` built (or $TORPOR_KERNEL's, when it is one), else null. */
+export function builtVmlinux(): string | null {
+  const candidates: string[] = [];
+  if (process.env.TORPOR_KERNEL) candidates.push(process.env.TORPOR_KERNEL);
+  const dir = join(homeLayout().artifacts, 'kernel');
+  if (existsSync(dir)) for (const key of readdirSync(dir)) candidates.push(join(dir, key, 'vmlinux'));
+  const isElf64 = (path: string) => {
+    const head = Buffer.alloc(5);
+    const fd = openSync(path, 'r');
+    try {
+      return readSync(fd, head, 0, 5, 0) === 5 && head.toString('latin1', 0, 4) === '\x7fELF' && head[4] === 2;
+    } finally {
+      closeSync(fd);
+    }
+  };
+  return candidates.find((path) => existsSync(path) && isElf64(path)) ?? null;
 }
 
 /** Why KVM tests cannot run here, or null when /dev/kvm is usable. */

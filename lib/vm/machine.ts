@@ -159,7 +159,7 @@ export class Machine extends EventEmitter<MachineEvents> {
   /**
    * Builds the machine (VM, RAM, devices, vCPUs; kernel loaded). Nothing runs until start().
    * Synchronous: the JS thread waits for KVM and the kernel file (about a millisecond for a small
-   * guest, tens of ms for a large kernel); build() does the same work on a worker thread.
+   * guest, a few ms for a 20 MB vmlinux); build() does the same work on a worker thread.
    */
   static create(opts: MachineOptions): Machine {
     return new Machine(opts);

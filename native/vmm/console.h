@@ -3,7 +3,8 @@
 // side drains in batches (one notification per burst, not per byte).
 //
 // Threading: write() arrives on vCPU threads (with the UART's lock held, so
-// bytes keep their order); the readers on any thread. One mutex.
+// bytes keep their order); the readers on any thread. One mutex. A write
+// that wakes the reader yields the CPU to it (console.cc says why).
 #pragma once
 
 #include <cstddef>

@@ -70,21 +70,27 @@ void write_or_fail(GuestMemory& mem, uint64_t gpa, const void* p, size_t n, cons
   if (!mem.write(gpa, p, n)) throw Error(code::kBootFailed, std::string(what) + " does not fit in guest memory");
 }
 
-// Loads the initrd at the top of low RAM, page aligned, above the kernel.
+// Loads the initrd at the top of low RAM, page aligned, above the kernel,
+// reading the file straight into guest RAM.
 void load_initrd(GuestMemory& mem, const BootConfig& cfg, uint64_t kernel_end, uint64_t max_end, uint64_t* addr,
                  uint64_t* size) {
   *addr = *size = 0;
   if (cfg.initrd_path.empty()) return;
   uint64_t top = std::min(ram_below_hole(cfg.ram_bytes), max_end);
-  auto bytes = read_file(cfg.initrd_path, top, "initrd");
-  if (bytes.empty()) throw Error(code::kBootFailed, "initrd " + cfg.initrd_path + " is empty");
-  uint64_t at = (top - bytes.size()) & ~(kPageSize - 1);
-  if (bytes.size() > top || at < kernel_end)
-    throw Error(code::kBootFailed, "initrd " + cfg.initrd_path + " (" + std::to_string(bytes.size()) +
+  FileImage initrd(cfg.initrd_path, top, "initrd");
+  uint64_t bytes = initrd.size();
+  if (bytes == 0) throw Error(code::kBootFailed, "initrd " + cfg.initrd_path + " is empty");
+  uint64_t at = (top - bytes) & ~(kPageSize - 1);
+  if (bytes > top || at < kernel_end)
+    throw Error(code::kBootFailed, "initrd " + cfg.initrd_path + " (" + std::to_string(bytes) +
                                        " bytes) does not fit in guest RAM above the kernel");
-  write_or_fail(mem, at, bytes.data(), bytes.size(), "initrd");
+  uint8_t* dst = mem.host_ptr(at, bytes);
+  if (!dst) throw Error(code::kBootFailed, "initrd does not fit in guest memory");
+  if (cfg.fresh_ram) advise_huge_pages(mem, at, bytes);
+  initrd.read(0, dst, bytes);
+  mem.mark_dirty(at, bytes);
   *addr = at;
-  *size = bytes.size();
+  *size = bytes;
 }
 
 void write_pvh(GuestMemory& mem, const BootConfig& cfg, uint64_t initrd_addr, uint64_t initrd_size) {
@@ -148,13 +154,16 @@ void write_linux64(GuestMemory& mem, const BootConfig& cfg, const LoadedKernel& 
 }  // namespace
 
 BootEntry load_boot_image(GuestMemory& mem, const BootConfig& cfg) {
-  auto kernel = read_file(cfg.kernel_path, ram_below_hole(cfg.ram_bytes), "kernel");
-  return load_boot_image(mem, cfg, kernel);
+  return load_boot_image(mem, cfg, FileImage(cfg.kernel_path, ram_below_hole(cfg.ram_bytes), "kernel"));
 }
 
 BootEntry load_boot_image(GuestMemory& mem, const BootConfig& cfg, const std::vector<uint8_t>& kernel) {
+  return load_boot_image(mem, cfg, BufferImage(kernel));
+}
+
+BootEntry load_boot_image(GuestMemory& mem, const BootConfig& cfg, const ImageSource& kernel) {
   const uint64_t low_top = ram_below_hole(cfg.ram_bytes);
-  LoadedKernel k = load_kernel_image(mem, kernel, low_top);
+  LoadedKernel k = load_kernel_image(mem, kernel, low_top, cfg.fresh_ram);
 
   uint64_t cmdline_limit = kCmdlineMax;
   if (k.is_bzimage && k.cmdline_size) cmdline_limit = std::min<uint64_t>(cmdline_limit, uint64_t{k.cmdline_size} + 1);

@@ -20,6 +20,9 @@ struct BootConfig {
   uint64_t ram_bytes = 0;
   uint32_t vcpus = 1;
   std::vector<uint32_t> device_gsis;  // GSIs used beyond the ISA IRQs (for the MP table)
+  // Guest RAM is freshly mapped anonymous memory (all zero, no page touched):
+  // the loaders then skip zero-filling and ask for huge pages (kernel_loader.h).
+  bool fresh_ram = false;
 };
 
 struct BootEntry {
@@ -30,7 +33,8 @@ struct BootEntry {
 
 BootEntry load_boot_image(GuestMemory& mem, const BootConfig& cfg);
 
-// Same, from kernel bytes already in memory (tests).
+// Same, from a kernel image already opened (or in memory: tests).
+BootEntry load_boot_image(GuestMemory& mem, const BootConfig& cfg, const ImageSource& kernel);
 BootEntry load_boot_image(GuestMemory& mem, const BootConfig& cfg, const std::vector<uint8_t>& kernel);
 
 }  // namespace torpor::x86

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "base/guest_memory.h"
+#include "vmm/x86_64/image_source.h"
 
 namespace torpor::x86 {
 
@@ -30,11 +31,19 @@ struct LoadedKernel {
   uint32_t cmdline_size = 0;     // bzImage: longest command line the kernel takes
 };
 
-// Parses `image` (a kernel file's bytes) and copies it into `mem`. `ram_top`
-// bounds where it may land (RAM below the MMIO hole).
+// Parses `image` and reads its loadable parts straight into `mem` (headers
+// are read piecemeal; the file is never buffered whole). `ram_top` bounds
+// where it may land (RAM below the MMIO hole). `fresh_ram`: guest RAM is
+// freshly mapped anonymous memory (all zero, no page touched yet): zero-fill
+// areas are then left untouched and the kernel's range is backed by huge
+// pages where the host allows (see kernel_loader.cc).
+LoadedKernel load_kernel_image(GuestMemory& mem, const ImageSource& image, uint64_t ram_top, bool fresh_ram = false);
+// Same, from bytes in memory (tests).
 LoadedKernel load_kernel_image(GuestMemory& mem, const std::vector<uint8_t>& image, uint64_t ram_top);
 
-// Reads a whole file, refusing more than max_bytes (BOOT_FAILED / IO_ERROR).
-std::vector<uint8_t> read_file(const std::string& path, uint64_t max_bytes, const char* what);
+// Asks for transparent huge pages over the guest-physical range [gpa, gpa +
+// len), widened to 2 MiB boundaries where those stay inside one RAM region.
+// Only for fresh anonymous guest RAM about to be filled (kernel, initrd).
+void advise_huge_pages(GuestMemory& mem, uint64_t gpa, uint64_t len);
 
 }  // namespace torpor::x86
