@@ -158,7 +158,8 @@ export class Sandbox implements AsyncDisposable {
     try {
       await mkdir(dir, { recursive: true });
       await writeMeta(dir, meta);
-      machine = Machine.create({
+      // Built on the thread pool: the kernel file and KVM's VM setup never block the JS thread.
+      machine = await Machine.build({
         kernel: artifacts.kernel,
         cmdline: opts.boot?.cmdlineExtra ? `${GUEST_CMDLINE} ${opts.boot.cmdlineExtra}` : GUEST_CMDLINE,
         vcpus: meta.vcpus,

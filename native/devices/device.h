@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <string>
 
-#include "snapshot/state_io.h"
+#include "base/state_io.h"
 
 namespace torpor {
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "snapshot/state_io.h"
+#include "base/state_io.h"
 
 namespace torpor {
 

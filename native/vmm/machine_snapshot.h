@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "snapshot/memory_layer.h"
-#include "snapshot/state_io.h"
+#include "base/state_io.h"
 #include "vmm/guest_ram.h"
 
 namespace torpor {

@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "snapshot/state_io.h"
+#include "base/state_io.h"
 #include "vmm/machine.h"
 
 namespace torpor {

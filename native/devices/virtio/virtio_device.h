@@ -31,7 +31,7 @@
 #include <cstdint>
 #include <mutex>
 
-#include "snapshot/state_io.h"
+#include "base/state_io.h"
 
 namespace torpor {
 

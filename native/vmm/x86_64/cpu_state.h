@@ -18,7 +18,7 @@
 #include <utility>
 #include <vector>
 
-#include "snapshot/state_io.h"
+#include "base/state_io.h"
 #include "vmm/kvm.h"
 
 namespace torpor::x86 {

@@ -27,7 +27,7 @@
 #include <string>
 #include <vector>
 
-#include "snapshot/state_io.h"
+#include "base/state_io.h"
 #include "base/guest_memory.h"
 
 namespace torpor {
