@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "errors.h"
@@ -12,6 +13,7 @@
 #include "proc.h"
 #include "pty.h"
 #include "reqid.h"
+#include "users.h"
 
 extern char **environ;
 
@@ -201,13 +203,19 @@ void handle_exec(struct stream *s, const struct frame *f) {
   memset(&sp, 0, sizeof sp);
   struct strv owned_env = {0};
   char buf[4200];
-  if (q.user || q.has_uid) {
-    struct passwd *pw = q.user ? getpwnam(q.user) : getpwuid(q.uid);
-    if (q.user && !pw) {
-      answer_error(s, CODE_INVALID_ARGUMENT, 0, "unknown user (not in /etc/passwd)");
+  /* Neither user nor uid asked: the default user (users.h), when the agent has one. */
+  const char *by_name = q.user ? q.user : q.has_uid ? NULL : users_default();
+  const char *home = NULL;
+  if (by_name || q.has_uid) {
+    struct passwd *pw = by_name ? getpwnam(by_name) : getpwuid(q.uid);
+    if (by_name && !pw) {
+      snprintf(buf, sizeof buf, "unknown user %s (not in /etc/passwd)", by_name);
+      answer_error(s, CODE_INVALID_ARGUMENT, 0, buf);
       exec_req_free(&q);
       return;
     }
+    struct stat st;
+    if (pw && pw->pw_dir && stat(pw->pw_dir, &st) == 0 && S_ISDIR(st.st_mode)) home = strdup(pw->pw_dir);
     sp.uid = pw ? pw->pw_uid : q.uid;
     /* No passwd entry for a bare uid: its group is the same number, and no others. */
     sp.gid = q.has_gid ? q.gid : pw ? pw->pw_gid : q.uid;
@@ -222,6 +230,7 @@ void handle_exec(struct stream *s, const struct frame *f) {
         if (e && strv_push(&owned_env, e) != 0) free(e);
       }
       if (!sp.user_name) {
+        free((char *)home);
         answer_error(s, CODE_REQUEST_FAILED, ENOMEM, "out of memory");
         strv_free(&owned_env);
         exec_req_free(&q);
@@ -246,6 +255,12 @@ void handle_exec(struct stream *s, const struct frame *f) {
     sp.argv = q.args.v;
   }
   sp.envp = build_env(q.env.v, &owned_env, q.has_pty);
+  /* No cwd asked: the user's home (as E2B), else the agent's own working directory. */
+  if (!(q.cwd && *q.cwd) && home) {
+    free(q.cwd);
+    q.cwd = (char *)home; /* PROC_LIST shows where it runs */
+    home = NULL;
+  }
   sp.cwd = q.cwd && *q.cwd ? q.cwd : NULL;
   sp.pty = q.has_pty;
   sp.rows = q.rows;
@@ -255,6 +270,7 @@ void handle_exec(struct stream *s, const struct frame *f) {
   int rc = sp.envp ? spawn_process(&sp, &res) : (res.err = ENOMEM, res.stage = "env", -1);
   free(sp.envp);
   free((char *)sp.user_name);
+  free((char *)home);
   strv_free(&owned_env);
   if (rc != 0) {
     char msg[256];

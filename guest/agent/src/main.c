@@ -1,6 +1,7 @@
 /* torpor-agent: PID 1 of a torpor guest and the server of docs/protocol.md.
  * Also runs as an ordinary process on the host (--listen unix:PATH) for tests. */
 #include <errno.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 #include <unistd.h>
 
 #include "args.h"
+#include "users.h"
 #include "conn.h"
 #include "dispatch.h"
 #include "init.h"
@@ -86,6 +88,9 @@ int main(int argc, char **argv) {
   if (opts.init) init_system(&opts);
   if (opts.subreaper) init_subreaper();
   dispatch_set_init_mode(opts.is_pid1);
+  /* The image's `user` account (uid 1000) is the guest's default user, as in E2B's. */
+  if (!opts.user && opts.is_pid1 && getpwnam("user")) opts.user = "user";
+  users_set_default(opts.user);
 
   signal(SIGPIPE, SIG_IGN);
   sigset_t mask;
