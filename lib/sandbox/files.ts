@@ -9,6 +9,7 @@ import type { AgentClient } from '../agent/client.js';
 import { FieldWriter, type Fields } from '../agent/fields.js';
 import { FLAG_END, FrameType } from '../agent/protocol.js';
 import type { RequestStream } from '../agent/stream.js';
+import { WatchHandle, watchStarted, type FilesystemEvent, type WatchOpts } from './watch.js';
 import { callOpts, checkInt, checkKnownKeys, checkObject, checkPath, checkRequestTimeout, checkString, fail } from './validate.js';
 
 export type FileType = 'file' | 'dir' | 'symlink' | 'other';
@@ -189,6 +190,27 @@ export class Files {
     const fw = this.target(new FieldWriter().str('path', oldPath).str('path2', newPath), opts);
     await this.client().call(FrameType.RENAME, fw, callOpts(opts));
     return this.stat(newPath, opts, false);
+  }
+
+  /** Watches a directory: onEvent gets create, write, remove, rename and chmod events (names
+   *  relative to path), and `overflow` when events were lost. The watch survives a reconnect.
+   *  Stops after opts.timeoutMs (default 60 s, as E2B; 0 = never) or handle.stop(). */
+  async watchDir(
+    path: string,
+    onEvent: (event: FilesystemEvent) => void | Promise<void>,
+    opts: FileOpts & WatchOpts = {},
+  ): Promise<WatchHandle> {
+    checkPath('path', path);
+    if (typeof onEvent !== 'function') fail('onEvent', 'a function', onEvent);
+    checkFileOpts(opts, ['recursive', 'timeoutMs', 'onExit']);
+    checkInt('opts.timeoutMs', opts.timeoutMs, 0, 2 ** 31 - 1);
+    if (opts.recursive !== undefined && typeof opts.recursive !== 'boolean') fail('opts.recursive', 'a boolean', opts.recursive);
+    if (opts.onExit !== undefined && typeof opts.onExit !== 'function') fail('opts.onExit', 'a function', opts.onExit);
+    const client = this.client();
+    client.requireFeature('watch');
+    const fw = this.target(new FieldWriter().str('path', path).bool('recursive', opts.recursive ?? false), opts);
+    const handle = new WatchHandle(client, fw, path, onEvent, opts);
+    return watchStarted(handle, opts.requestTimeoutMs, path);
   }
 
   private async stat(path: string, opts: FileOpts, follow: boolean): Promise<EntryInfo> {

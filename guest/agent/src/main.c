@@ -20,6 +20,7 @@
 #include "loop.h"
 #include "proc.h"
 #include "util.h"
+#include "watch.h"
 
 static struct agent_options opts;
 static struct watcher sigw;
@@ -53,12 +54,15 @@ static uint64_t next_deadline(void) {
   uint64_t d = proc_next_deadline();
   uint64_t c = conn_next_deadline();
   if (c < d) d = c;
+  uint64_t wd = watch_next_deadline();
+  if (wd < d) d = wd;
   if (!listening && listen_retry_ms < d) d = listen_retry_ms;
   return d;
 }
 
 static void on_tick(void) {
   proc_tick();
+  watch_tick();
   conn_collect();
   if (!listening && now_ms() >= listen_retry_ms) try_listen();
 }
