@@ -187,6 +187,31 @@ test('background commands have no default timeout; foreground ones 60 s (documen
   assert.is(toExecRequest('x', { background: true, timeoutMs: 60_000 }).timeoutMs, 60_000);
 });
 
+test('an agent whose default user does not exist says so (commands and relative file paths)', async () => {
+  const odd = await hostApi({ user: 'no-such-user-xyz' });
+  try {
+    const run = await odd.commands.run('true').catch((e) => e);
+    assert.ok(code('INVALID_ARGUMENT')(run) && /no-such-user-xyz/.test(run.message), String(run));
+    assert.ok(code('INVALID_ARGUMENT')(await odd.files.read('relative.txt').catch((e) => e)));
+    // Naming a user that exists works as before.
+    const me = (await api.commands.run(['id', '-un'])).stdout.trim();
+    assert.is((await odd.commands.run(['id', '-un'], { user: me })).stdout.trim(), me);
+  } finally {
+    await odd.close();
+  }
+});
+
+test('pty and requestTimeoutMs: create, resize, sendInput and kill accept it', async () => {
+  let out = '';
+  const term = await api.pty.create({ cols: 80, rows: 24, onData: (d) => void (out += Buffer.from(d).toString()), cmd: ['cat'], requestTimeoutMs: 5000 });
+  await api.pty.resize(term.pid, { cols: 100, rows: 30 }, { requestTimeoutMs: 5000 });
+  await api.pty.sendInput(term.pid, 'ping\n', { requestTimeoutMs: 5000 });
+  const end = Date.now() + 3000;
+  while (!out.includes('ping') && Date.now() < end) await new Promise((r) => setTimeout(r, 10));
+  assert.match(out, 'ping');
+  assert.is(await api.pty.kill(term.pid, { requestTimeoutMs: 5000 }), true);
+});
+
 rootTest('default user from the agent (--user): commands run as it, in its home', async () => {
   const asRoot = await hostApi({ user: 'root' });
   const asNobody = await hostApi({ user: 'nobody' });
