@@ -77,6 +77,18 @@ test('exists follows symlinks: a dangling link is false, getInfo still shows the
   assert.is(await api.files.exists(join(dir, 'good-link')), true);
 });
 
+test('write over an existing file keeps its mode (no mode given), as an in-place write', async () => {
+  const f = join(dir, 'script.sh');
+  await api.files.write(f, '#!/bin/sh\necho one\n', { mode: 0o755 });
+  await api.files.write(f, '#!/bin/sh\necho two\n');
+  assert.is((await stat(f)).mode & 0o7777, 0o755);
+  assert.is((await api.commands.run([f])).stdout, 'two\n');
+  await api.files.write(f, 'x', { mode: 0o600 });
+  assert.is((await stat(f)).mode & 0o7777, 0o600, 'a given mode wins');
+  await api.files.write(join(dir, 'fresh.txt'), 'x');
+  assert.is((await stat(join(dir, 'fresh.txt'))).mode & 0o7777, 0o644);
+});
+
 test('remove of a missing path resolves (as E2B)', async () => {
   await api.files.remove(join(dir, 'never-existed'));
   await api.files.remove(join(dir, 'no', 'such', 'tree'));
@@ -134,6 +146,7 @@ test("CommandExitError.error says 'exit status N' / 'signal: killed'; exitCode s
   const e2 = await h.wait().catch((e) => e);
   assert.instance(e2, CommandExitError);
   assert.is(e2.error, 'signal: killed');
+  assert.is(h.error, 'signal: killed', 'the handle says it too');
   assert.is(e2.exitCode, 137);
   assert.is(e2.signal, 'SIGKILL');
 });

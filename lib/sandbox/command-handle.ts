@@ -170,6 +170,13 @@ export class CommandHandle {
   get exitCode(): number | undefined {
     return this.exit?.exitCode;
   }
+  /** E2B's words for how it ended ('exit status 3', 'signal: killed'); undefined while it runs
+   *  or after exit 0. */
+  get error(): string | undefined {
+    if (!this.exit) return undefined;
+    const { exitCode, signal } = this.exit;
+    return exitCode !== 0 || signal ? exitErrorText(signal ? 128 + signal : exitCode, signal) : undefined;
+  }
   /** Byte offsets of the next stdout / stderr byte this handle would receive: pass them as
    *  `commands.connect(pid, { fromOffset })` to continue with no gap and no duplicate. */
   get offsets(): { stdout: number; stderr: number } {

@@ -338,13 +338,22 @@ export class Commands implements ProcessControl {
     opts: OutputCallbacks & { throwOnError?: boolean; maxBuffer?: number; requestTimeoutMs?: number; raw?: (data: Buffer) => void },
     label: string,
   ): Promise<CommandHandle> {
+    // An agent before the `users` feature takes exec strings of at most 64 KiB (a longer one
+    // would close its connection): say so here instead.
+    const client = this.client();
+    if (!client.supports('users')) {
+      const strings = [...(request.argv ?? []), request.shell ?? '', ...Object.entries(request.envs ?? {}).map(([k, v]) => `${k}=${v}`)];
+      if (strings.some((x) => Buffer.byteLength(x) > 64 * 1024)) {
+        fail('cmd', 'strings of at most 64 KiB each for this agent (it predates the 128 KiB limit)', '(a longer string)');
+      }
+    }
     // The sandbox's envs reach every process it starts, commands and ptys alike.
     if (this.defaults.envs) request = { ...request, envs: { ...this.defaults.envs, ...(request.envs ?? {}) } };
     // A pty (raw) keeps no output: its bytes go to onData only.
     let session: ExecSession | undefined;
     const output = this.limitedOutput(opts.raw === undefined, opts.maxBuffer, () => session);
     const failed = (err: unknown) => output.callbackFailed(err, () => session?.detach());
-    session = ExecSession.exec(this.client(), request, {
+    session = ExecSession.exec(client, request, {
       onStdout: (data) => {
         if (opts.raw) return opts.raw(data);
         deliver(opts.onStdout, output.out.push(data), failed);

@@ -233,7 +233,9 @@ export class Files {
   }
 
   private async writeOne(path: string, data: WriteData, opts: WriteOpts): Promise<WriteInfo> {
-    const fw = this.target(new FieldWriter().str('path', path).u32('mode', opts.mode ?? 0o644), opts);
+    // No mode: a new file gets 0644, an existing one keeps its mode and owner (the agent's rule).
+    const fw = this.target(new FieldWriter().str('path', path), opts);
+    if (opts.mode !== undefined) fw.u32('mode', opts.mode);
     let done!: (f: Fields) => void;
     let failed!: (e: TorporError) => void;
     const answer = new Promise<Fields>((res, rej) => {
@@ -267,7 +269,8 @@ export class Files {
 }
 
 export interface WriteOpts extends FileOpts {
-  /** Permission bits of the new file (default 0o644). */
+  /** Permission bits of the file (default: 0o644 for a new file; an existing file keeps its
+   *  mode and owner, as an in-place write would). */
   mode?: number;
 }
 

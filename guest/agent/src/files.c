@@ -592,7 +592,11 @@ void handle_file_write(struct stream *s, const struct frame *f) {
     return;
   }
   uint32_t mode = 0644;
-  u32_field(f, TP_T_MODE, &mode);
+  /* No mode asked and the file exists: the new content keeps its mode and owner, as an
+   * in-place write would (the temporary file replaces the old inode). */
+  struct stat old;
+  int replacing = lstat(path, &old) == 0 && S_ISREG(old.st_mode);
+  if (!u32_field(f, TP_T_MODE, &mode) && replacing) mode = old.st_mode & 07777;
   struct file_write *fw = calloc(1, sizeof *fw);
   size_t tlen = strlen(path) + 32;
   char *tmp = malloc(tlen);
@@ -628,7 +632,12 @@ void handle_file_write(struct stream *s, const struct frame *f) {
     free(path);
     return;
   }
-  users_chown_fd(&u, fd); /* the file is the user's, as a file the user wrote */
+  if (replacing && geteuid() == 0) {
+    if (fchown(fd, old.st_uid, old.st_gid) != 0) { /* best effort, as users_chown_fd */
+    }
+  } else {
+    users_chown_fd(&u, fd); /* a new file is the user's, as a file the user wrote */
+  }
   fw->fd = fd;
   fw->tmp = tmp;
   fw->path = path;
