@@ -151,6 +151,14 @@ test("CommandExitError.error says 'exit status N' / 'signal: killed'; exitCode s
   assert.is(e2.signal, 'SIGKILL');
 });
 
+test('commands.connect takes timeoutMs: wait() rejects TIMEOUT, the process keeps running', async () => {
+  const h = await api.commands.run('sleep 30', { background: true });
+  const view = await api.commands.connect(h.pid, { timeoutMs: 100 });
+  assert.ok(code('TIMEOUT')(await view.wait().catch((e) => e)));
+  assert.ok((await api.commands.list()).some((p) => p.pid === h.pid));
+  await h.kill();
+});
+
 test('commands.list shows running processes only, unless includeEnded', async () => {
   const ended = await api.commands.run('true', { background: true, tag: 'ended-one' });
   await ended.wait();

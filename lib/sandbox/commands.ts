@@ -93,6 +93,9 @@ export interface CommandConnectOpts extends OutputCallbacks {
   maxBuffer?: number;
   /** How long to wait for the agent to attach (default: no limit). */
   requestTimeoutMs?: number;
+  /** Stop receiving after this long: wait() rejects with TIMEOUT and the process keeps running
+   *  (E2B's option; default, unlike E2B's 60 s: no limit). */
+  timeoutMs?: number;
 }
 
 export type { RequestOpts } from './validate.js';
@@ -111,7 +114,7 @@ const RUN_KEYS = [
   'maxBuffer',
   'requestTimeoutMs',
 ] as const;
-const CONNECT_KEYS = ['fromOffset', 'throwOnError', 'onStdout', 'onStderr', 'maxBuffer', 'requestTimeoutMs'] as const;
+const CONNECT_KEYS = ['fromOffset', 'throwOnError', 'onStdout', 'onStderr', 'maxBuffer', 'requestTimeoutMs', 'timeoutMs'] as const;
 /** Default maxBuffer: generous for real command output, far below what would hurt the host. */
 export const DEFAULT_MAX_BUFFER = 64 * 1024 * 1024;
 const DEFAULT_FOREGROUND_TIMEOUT_MS = 60_000;
@@ -204,6 +207,7 @@ export class Commands implements ProcessControl {
     checkBool('opts.throwOnError', opts.throwOnError);
     checkMaxBuffer('opts.maxBuffer', opts.maxBuffer);
     checkRequestTimeout(opts);
+    checkInt('opts.timeoutMs', opts.timeoutMs, 0, 2 ** 31 - 1);
     let asked: { stdout?: number; stderr?: number } = {};
     if (typeof opts.fromOffset === 'number') {
       checkInt('opts.fromOffset', opts.fromOffset, 0, Number.MAX_SAFE_INTEGER);
@@ -261,6 +265,15 @@ export class Commands implements ProcessControl {
       onStderr: (data) => deliver(opts.onStderr, output.err.push(data), failed),
     });
     await startedWithin(session, opts.requestTimeoutMs, `attaching to process ${pid}`);
+    if (opts.timeoutMs) {
+      const ms = opts.timeoutMs;
+      const timer = setTimeout(
+        () => failed(new TimeoutError(`connection to process ${pid} ended after timeoutMs (${ms} ms); the process keeps running`)),
+        ms,
+      );
+      timer.unref?.();
+      session.exited.then(() => clearTimeout(timer), () => clearTimeout(timer));
+    }
     return new CommandHandle(pid, session, this, `process ${pid}`, opts.throwOnError ?? true, output);
   }
 
