@@ -9,6 +9,7 @@ import { constants } from 'node:os';
 import { OutputLostError, TimeoutError, TorporError } from '../errors.js';
 import type { AgentClient } from '../agent/client.js';
 import { ExecSession, type ExecRequest, type StartInfo } from '../agent/exec.js';
+import { withinMs } from './deadline.js';
 import { FieldWriter } from '../agent/fields.js';
 import { FLAG_END, FrameType } from '../agent/protocol.js';
 import {
@@ -392,20 +393,8 @@ function deliver(cb: ((s: string) => void | Promise<void>) | undefined, text: st
 }
 
 /** The session's STARTED, or TIMEOUT after `ms` (the session is dropped then). */
-async function startedWithin(session: ExecSession, ms: number | undefined, what: string): Promise<StartInfo> {
-  if (!ms) return session.started;
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => {
-      session.detach();
-      reject(new TimeoutError(`${what}: no answer from the agent within requestTimeoutMs (${ms} ms)`));
-    }, ms);
-  });
-  try {
-    return await Promise.race([session.started, timeout]);
-  } finally {
-    clearTimeout(timer);
-  }
+function startedWithin(session: ExecSession, ms: number | undefined, what: string): Promise<StartInfo> {
+  return withinMs(session.started, ms, what, () => session.detach());
 }
 
 function checkRequestOpts(opts: RequestOpts): void {

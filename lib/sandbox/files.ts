@@ -4,7 +4,8 @@
 import { posix } from 'node:path';
 import { Readable } from 'node:stream';
 
-import { TimeoutError, TorporError, createError } from '../errors.js';
+import { TorporError, createError } from '../errors.js';
+import { withinMs } from './deadline.js';
 import type { AgentClient } from '../agent/client.js';
 import { FieldWriter, type Fields } from '../agent/fields.js';
 import { FLAG_END, FrameType } from '../agent/protocol.js';
@@ -215,10 +216,8 @@ export class Files {
 
   private async stat(path: string, opts: FileOpts, follow: boolean): Promise<EntryInfo> {
     const fw = this.target(new FieldWriter().str('path', path), opts);
-    if (follow) {
-      this.client().requireFeature('users');
-      fw.bool('follow', true);
-    }
+    // An agent before the `users` feature stats the link itself (it skips the unknown field).
+    if (follow && this.client().supports('users')) fw.bool('follow', true);
     const answer = await this.client().call(FrameType.FILE_STAT, fw, callOpts(opts));
     const entry = answer.nested('entry')[0];
     if (!entry) throw new TorporError('PROTOCOL_ERROR', `FILE_STAT answer for ${path} has no entry`);
@@ -275,23 +274,8 @@ export interface WriteOpts extends FileOpts {
 }
 
 /** Runs `work`, failing with TIMEOUT (after `abandon`) when opts.requestTimeoutMs passes first. */
-async function withTimeout<T>(opts: FileOpts, what: string, abandon: () => void, work: () => Promise<T>): Promise<T> {
-  const ms = opts.requestTimeoutMs;
-  if (!ms) return work();
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => {
-      abandon();
-      reject(new TimeoutError(`${what}: not done within requestTimeoutMs (${ms} ms)`));
-    }, ms);
-  });
-  const running = work();
-  running.catch(() => undefined);
-  try {
-    return await Promise.race([running, timeout]);
-  } finally {
-    clearTimeout(timer);
-  }
+function withTimeout<T>(opts: FileOpts, what: string, abandon: () => void, work: () => Promise<T>): Promise<T> {
+  return withinMs(work(), opts.requestTimeoutMs, what, abandon);
 }
 
 function checkFileOpts(opts: unknown, more: readonly string[] = []): void {

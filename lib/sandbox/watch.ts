@@ -3,7 +3,8 @@
 // reattaches to the same watch from the next number it has not seen, so nothing is missed or
 // repeated. Events the agent could not keep (a reader too slow, the kernel's queue full) arrive
 // as one `overflow` event with the count, never silently dropped.
-import { TimeoutError, TorporError } from '../errors.js';
+import { TorporError } from '../errors.js';
+import { withinMs } from './deadline.js';
 import type { AgentClient } from '../agent/client.js';
 import { FieldWriter } from '../agent/fields.js';
 import { FLAG_END, FrameType } from '../agent/protocol.js';
@@ -143,21 +144,6 @@ export class WatchHandle {
 
 /** requestTimeoutMs for the watch's start. */
 export async function watchStarted(handle: WatchHandle, ms: number | undefined, path: string): Promise<WatchHandle> {
-  if (!ms) {
-    await handle.started;
-    return handle;
-  }
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => {
-      void handle.stop();
-      reject(new TimeoutError(`watchDir ${path}: no answer from the agent within requestTimeoutMs (${ms} ms)`));
-    }, ms);
-  });
-  try {
-    await Promise.race([handle.started, timeout]);
-    return handle;
-  } finally {
-    clearTimeout(timer);
-  }
+  await withinMs(handle.started, ms, `watchDir ${path}`, () => void handle.stop());
+  return handle;
 }
