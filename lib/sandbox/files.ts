@@ -1,5 +1,6 @@
 // sbx.files: the guest's filesystem (E2B's words: read, write, list, getInfo, exists, makeDir,
-// remove, rename). Reads and writes are streamed in frames under credit flow control, so a
+// remove, rename, watchDir). Every call acts as a guest user (`user`, default the agent's default
+// user) and takes requestTimeoutMs. Reads and writes are streamed in frames under credit flow control, so a
 // 50 MiB file never sits in one buffer on either side unless the caller asks for it whole.
 import { posix } from 'node:path';
 import { Readable } from 'node:stream';
