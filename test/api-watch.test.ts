@@ -64,6 +64,11 @@ test('recursive: subdirectories, also ones created after the start; non-recursiv
   assert.ok(has(deep, 'create', 'old/x'));
   assert.ok(has(flat, 'create', 'new'));
   assert.not.ok(flat.some((e) => e.name.includes('/')), JSON.stringify(flat));
+  // A tree made faster than the agent sees its directories (files.write creates the parents and
+  // the file in one request): what was inside a new directory before it was watched is reported.
+  await api.files.write(join(d, 'fast', 'deeper', 'f.txt'), 'content');
+  await until(() => has(deep, 'write', 'fast/deeper/f.txt'), 5000, 'the file inside a new tree');
+  for (const name of ['fast', 'fast/deeper', 'fast/deeper/f.txt']) assert.ok(has(deep, 'create', name), name);
   await h1.stop();
   await h2.stop();
 });

@@ -124,8 +124,12 @@ static struct wdir *dir_by_wd(struct watch *wt, int wd) {
   return NULL;
 }
 
-/* Watches the directory root/rel and, for a recursive watch, every directory below it. */
-static int add_tree(struct watch *wt, const char *rel, int level) {
+static int is_agent_temp(const char *name);
+
+/* Watches the directory root/rel and, for a recursive watch, every directory below it. With
+ * `report` (a directory that appeared while watching) what is already inside is reported as
+ * created (and written, when not empty): it got there before its directory was watched. */
+static int add_tree(struct watch *wt, const char *rel, int level, int report) {
   if (wt->ndirs >= WATCH_MAX_DIRS || level > 64) {
     errno = ENOSPC;
     return -1;
@@ -154,13 +158,17 @@ static int add_tree(struct watch *wt, const char *rel, int level) {
   struct dirent *de;
   int rc = 0;
   while ((de = readdir(d)) && rc == 0) {
-    if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+    if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") || is_agent_temp(de->d_name)) continue;
     struct stat st;
-    if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode)) continue;
+    if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
     char sub[TP_MAX_PATH + 1];
     int n = snprintf(sub, sizeof sub, "%s%s%s", rel, *rel ? "/" : "", de->d_name);
     if (n < 0 || (size_t)n > TP_MAX_PATH) continue;
-    rc = add_tree(wt, sub, level + 1);
+    if (report) {
+      push(wt, EV_CREATE, sub);
+      if (S_ISREG(st.st_mode) && st.st_size > 0) push(wt, EV_WRITE, sub);
+    }
+    if (S_ISDIR(st.st_mode)) rc = add_tree(wt, sub, level + 1, report);
   }
   closedir(d);
   return rc;
@@ -220,7 +228,7 @@ static void on_inotify(struct watcher *w, uint32_t events) {
       wt->temp_cookie = 0;
     }
     if ((ev->mask & (IN_CREATE | IN_MOVED_TO)) && (ev->mask & IN_ISDIR) && wt->recursive) {
-      if (add_tree(wt, name, 1) != 0 && errno == ENOSPC) push(wt, EV_OVERFLOW, name);
+      if (add_tree(wt, name, 1, 1) != 0 && errno == ENOSPC) push(wt, EV_OVERFLOW, name);
     }
   }
   pump(wt);
@@ -347,7 +355,7 @@ void handle_watch(struct stream *s, const struct frame *f) {
   wt->next = watches;
   watches = wt;
   nwatches++;
-  if (add_tree(wt, "", 0) != 0 || loop_watch(&wt->w, EPOLLIN) != 0) {
+  if (add_tree(wt, "", 0, 0) != 0 || loop_watch(&wt->w, EPOLLIN) != 0) {
     int e = errno;
     char msg[4200];
     snprintf(msg, sizeof msg, "watch %s: %s%s", wt->root, strerror(e),
