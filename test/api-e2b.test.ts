@@ -199,6 +199,21 @@ test('exec strings up to 128 KiB each (Linux MAX_ARG_STRLEN), e.g. python3 -c wi
   const env = await api.commands.run(['sh', '-c', 'printf %s "$BIG" | wc -c'], { envs: { BIG: 'z'.repeat(100_000) } });
   assert.is(env.stdout.trim(), '100000');
   assert.ok(code('INVALID_ARGUMENT')(await api.commands.run(['echo', 'x'.repeat(128 * 1024)]).catch((e) => e)));
+  // About 2 MiB in all, as Linux: 15 arguments of 120 KiB (1.76 MiB) in one command.
+  const args = Array.from({ length: 15 }, (_, i) => String.fromCharCode(97 + i).repeat(120 * 1024));
+  const all = await api.commands.run(['sh', '-c', 'for a; do printf %s "$a"; done | wc -c', 'sh', ...args]);
+  assert.is(all.stdout.trim(), String(15 * 120 * 1024));
+  // Such a process is still listed (its strings cut to 64 KiB in the listing, which is one frame).
+  const bigArgv = await api.commands.run(['sh', '-c', 'sleep 30', 'sh', ...args], { background: true, tag: 'big-argv' });
+  const small = await api.commands.run(['sleep', '30'], { background: true, tag: 'small-argv' });
+  const entries = await api.commands.list();
+  const bigEntry = entries.find((p) => p.pid === bigArgv.pid);
+  assert.ok(bigEntry, 'a process with 1.76 MiB of arguments is listed');
+  assert.is(bigEntry!.tag, 'big-argv');
+  assert.equal(bigEntry!.args.slice(0, 1), ['-c']);
+  assert.ok(entries.some((p) => p.pid === small.pid), 'and so are the others');
+  await bigArgv.kill();
+  await small.kill();
 });
 
 test('background commands have no default timeout; foreground ones 60 s (documented)', async () => {

@@ -6,6 +6,13 @@ export const PROTOCOL_VERSION = 1;
 export const FRAME_HEADER_BYTES = 12;
 /** Largest payload either side accepts; a larger length closes the connection. */
 export const MAX_PAYLOAD_BYTES = 1024 * 1024;
+/** An EXEC request may be larger (its argv and env, about 2 MiB in all as Linux allows), to an
+ *  agent that announced the `users` feature. */
+export const MAX_EXEC_PAYLOAD_BYTES = 2560 * 1024;
+/** The largest payload of a frame of this type. */
+export function maxPayloadFor(type: number): number {
+  return type === FrameType.EXEC ? MAX_EXEC_PAYLOAD_BYTES : MAX_PAYLOAD_BYTES;
+}
 /** Largest `data` field in one frame. */
 export const MAX_DATA_BYTES = MAX_PAYLOAD_BYTES - 64;
 /** Bytes of a field header: tag u16, len u32. */

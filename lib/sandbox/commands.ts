@@ -11,7 +11,7 @@ import type { AgentClient } from '../agent/client.js';
 import { ExecSession, type ExecRequest, type StartInfo } from '../agent/exec.js';
 import { withinMs } from './deadline.js';
 import { FieldWriter } from '../agent/fields.js';
-import { FLAG_END, FrameType } from '../agent/protocol.js';
+import { FLAG_END, FrameType, MAX_PAYLOAD_BYTES } from '../agent/protocol.js';
 import {
   CommandHandle,
   CommandOutput,
@@ -352,13 +352,14 @@ export class Commands implements ProcessControl {
     opts: OutputCallbacks & { throwOnError?: boolean; maxBuffer?: number; requestTimeoutMs?: number; raw?: (data: Buffer) => void },
     label: string,
   ): Promise<CommandHandle> {
-    // An agent before the `users` feature takes exec strings of at most 64 KiB (a longer one
-    // would close its connection): say so here instead.
+    // An agent before the `users` feature takes exec strings of at most 64 KiB and requests of
+    // at most 1 MiB (more would close its connection): say so here instead.
     const client = this.client();
     if (!client.supports('users')) {
       const strings = [...(request.argv ?? []), request.shell ?? '', ...Object.entries(request.envs ?? {}).map(([k, v]) => `${k}=${v}`)];
-      if (strings.some((x) => Buffer.byteLength(x) > 64 * 1024)) {
-        fail('cmd', 'strings of at most 64 KiB each for this agent (it predates the 128 KiB limit)', '(a longer string)');
+      const total = strings.reduce((n, x) => n + Buffer.byteLength(x) + 6, 0);
+      if (strings.some((x) => Buffer.byteLength(x) > 64 * 1024) || total > MAX_PAYLOAD_BYTES - 4096) {
+        fail('cmd', 'strings of at most 64 KiB each and 1 MiB in all for this agent (it predates the larger limits)', '(a longer command)');
       }
     }
     // The sandbox's envs reach every process it starts, commands and ptys alike.

@@ -46,7 +46,7 @@ int tp_header_decode(const uint8_t *buf, size_t avail, struct tp_header *out) {
   out->stream = tp_get32(buf + 4);
   out->type = tp_get16(buf + 8);
   out->flags = tp_get16(buf + 10);
-  if (out->length > TP_MAX_PAYLOAD) return TP_E_TOO_LARGE;
+  if (out->length > (out->type == TP_EXEC ? TP_MAX_EXEC_PAYLOAD : TP_MAX_PAYLOAD)) return TP_E_TOO_LARGE;
   if (out->flags & ~TP_FLAGS_KNOWN) return TP_E_BAD_FLAGS;
   return TP_OK_;
 }

@@ -16,6 +16,10 @@
 #define TP_FIELD_HEADER_SIZE 6u
 #define TP_MAX_PAYLOAD (1024u * 1024u)
 #define TP_MAX_FRAME (TP_FRAME_HEADER_SIZE + TP_MAX_PAYLOAD)
+/* An EXEC request may be larger: its argv and env, like Linux's (about 2 MiB in all with the
+ * default 8 MiB stack), plus the field headers. Only a client that saw the `users` feature
+ * sends one over TP_MAX_PAYLOAD. */
+#define TP_MAX_EXEC_PAYLOAD (2560u * 1024u)
 #define TP_MAX_DATA (TP_MAX_PAYLOAD - 64u)
 #define TP_MAX_STR (64u * 1024u)
 /* An exec string (argv element, shell, env entry): Linux's MAX_ARG_STRLEN (128 KiB with

@@ -385,17 +385,36 @@ void handle_pty_resize(struct stream *s, const struct frame *f) {
   answer_ok(s);
 }
 
-static size_t strv_field_bytes(char **v) {
-  size_t n = 0;
-  for (; v && *v; v++) n += TP_FIELD_HEADER_SIZE + strlen(*v);
-  return n;
+/* A process's argv, shell and env in a listing: at most this many bytes of them per entry
+ * (a command may carry about 2 MiB of them; a listing is one frame). Past it the rest of
+ * the strings are left out of that entry. */
+#define LIST_ENTRY_STRINGS_MAX (64u * 1024u)
+
+/* Puts (w non-NULL) or measures the entry's argv, shell and env fields within the budget. */
+static size_t entry_strings(struct tp_writer *w, const struct proc *p) {
+  size_t used = 0;
+  int full = 0;
+  char *shell_only[2] = {p->shell, NULL};
+  char **lists[3] = {p->argv, shell_only, p->env};
+  const uint16_t tags[3] = {TP_T_ARG, TP_T_SHELL, TP_T_ENV};
+  for (int i = 0; i < 3 && !full; i++) {
+    for (char **a = lists[i]; a && *a; a++) {
+      size_t n = TP_FIELD_HEADER_SIZE + strlen(*a);
+      if (used + n > LIST_ENTRY_STRINGS_MAX) {
+        full = 1;
+        break;
+      }
+      used += n;
+      if (w) tp_put_str(w, tags[i], *a);
+    }
+  }
+  return used;
 }
 
 static size_t entry_bytes(const struct proc *p) {
   size_t n = TP_FIELD_HEADER_SIZE;                                 /* entry */
   n += 4 * (TP_FIELD_HEADER_SIZE + 4) + TP_FIELD_HEADER_SIZE + 1; /* pid, exit_code, ..., running */
-  n += strv_field_bytes(p->argv) + strv_field_bytes(p->env);
-  n += TP_FIELD_HEADER_SIZE + (p->shell ? strlen(p->shell) : 0);
+  n += entry_strings(NULL, p);
   n += TP_FIELD_HEADER_SIZE + (p->cwd ? strlen(p->cwd) : 0);
   n += TP_FIELD_HEADER_SIZE + (p->tag ? strlen(p->tag) : 0);
   return n;
@@ -419,13 +438,11 @@ void handle_proc_list(struct stream *s, const struct frame *f) {
     used += e;
     size_t mark = tp_put_begin(&w, TP_T_ENTRY);
     tp_put_u32(&w, TP_T_PID, (uint32_t)p->pid);
-    for (char **a = p->argv; a && *a; a++) tp_put_str(&w, TP_T_ARG, *a);
-    if (p->shell) tp_put_str(&w, TP_T_SHELL, p->shell);
+    entry_strings(&w, p);
     tp_put_str(&w, TP_T_PATH, p->cwd ? p->cwd : "");
     tp_put_str(&w, TP_T_TAG, p->tag ? p->tag : "");
     tp_put_bool(&w, TP_T_RUNNING, !p->finished);
     if (p->finished) tp_put_i32(&w, TP_T_EXIT_CODE, proc_exit_code(p));
-    for (char **e2 = p->env; e2 && *e2; e2++) tp_put_str(&w, TP_T_ENV, *e2);
     tp_put_end(&w, mark);
   }
   answer_end(s, &w);
