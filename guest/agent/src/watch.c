@@ -41,6 +41,7 @@ struct watch {
   struct wevent *ring; /* WATCH_QUEUE slots; seq n lives at ring[n % WATCH_QUEUE] */
   uint64_t first_seq;  /* oldest kept */
   uint64_t next_seq;   /* the next event's seq (seqs start at 1) */
+  size_t name_bytes;   /* of the kept events' names (bounded by WATCH_QUEUE_BYTES) */
   struct stream *s;    /* attached stream, or NULL */
   uint64_t send_seq;   /* next seq to send to s */
   uint64_t detached_ms;
@@ -73,16 +74,28 @@ static void watch_free(struct watch *wt) {
   free(wt);
 }
 
+static void drop_oldest(struct watch *wt) {
+  char *name = wt->ring[wt->first_seq % WATCH_QUEUE].name;
+  if (name) wt->name_bytes -= strlen(name);
+  free(name);
+  wt->first_seq++;
+}
+
 static void push(struct watch *wt, enum ev_kind kind, const char *name) {
   char *copy = strdup(name);
-  if (!copy) kind = EV_OVERFLOW; /* out of memory: the event is lost, and said to be */
-  if (wt->next_seq - wt->first_seq == WATCH_QUEUE) { /* full: the oldest goes */
-    free(wt->ring[wt->first_seq % WATCH_QUEUE].name);
-    wt->first_seq++;
+  if (!copy) { /* out of memory: the event is lost, and said to be */
+    kind = EV_OVERFLOW;
+    name = "";
   }
+  size_t len = copy ? strlen(copy) : 0;
+  /* Full (events, or bytes of names): the oldest go; a reader behind them gets an overflow. */
+  while (wt->first_seq < wt->next_seq &&
+         (wt->next_seq - wt->first_seq == WATCH_QUEUE || wt->name_bytes + len > WATCH_QUEUE_BYTES))
+    drop_oldest(wt);
   struct wevent *e = &wt->ring[wt->next_seq % WATCH_QUEUE];
   e->kind = (uint8_t)kind;
-  e->name = copy ? copy : strdup("");
+  e->name = copy; /* NULL: sent as "" */
+  wt->name_bytes += len;
   wt->next_seq++;
 }
 
@@ -108,7 +121,7 @@ static void pump(struct watch *wt) {
       continue;
     }
     const struct wevent *e = &wt->ring[wt->send_seq % WATCH_QUEUE];
-    if (send_event(wt, wt->send_seq, (enum ev_kind)e->kind, e->name, 0) != 0) return;
+    if (send_event(wt, wt->send_seq, (enum ev_kind)e->kind, e->name ? e->name : "", 0) != 0) return;
     wt->send_seq++;
   }
   if (wt->s && wt->ended && wt->send_seq == wt->next_seq) {

@@ -12,6 +12,7 @@
 
 #define WATCH_MAX 128             /* watches at once, over all connections */
 #define WATCH_QUEUE 4096          /* events kept per watch */
+#define WATCH_QUEUE_BYTES (256u * 1024u) /* and at most this many bytes of their names */
 #define WATCH_MAX_DIRS 8192       /* directories of one recursive watch */
 #define WATCH_DETACHED_MS 60000u  /* a watch nobody is attached to is kept this long */
 
