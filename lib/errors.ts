@@ -110,8 +110,11 @@ export class CommandExitError extends TorporError {
   readonly stdout: string;
   readonly stderr: string;
   readonly signal?: string;
+  /** E2B's words for the failure: 'exit status 3', or 'signal: killed' for a signal death (where
+   *  exitCode is 128 + the signal number, as a shell reports it; E2B says -1). */
+  readonly error: string;
 
-  constructor(result: { exitCode: number; stdout: string; stderr: string; signal?: string }, cmd?: string) {
+  constructor(result: { exitCode: number; stdout: string; stderr: string; signal?: string; error?: string }, cmd?: string) {
     const what = cmd === undefined ? 'command' : `command ${JSON.stringify(cmd.length > 80 ? cmd.slice(0, 77) + '...' : cmd)}`;
     const how = result.signal ? `was killed by ${result.signal}` : `exited with code ${result.exitCode}`;
     const tail = result.stderr.trim().split('\n').slice(-3).join('\n');
@@ -120,6 +123,7 @@ export class CommandExitError extends TorporError {
     this.stdout = result.stdout;
     this.stderr = result.stderr;
     if (result.signal !== undefined) this.signal = result.signal;
+    this.error = result.error ?? `exit status ${result.exitCode}`;
   }
 }
 

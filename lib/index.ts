@@ -3,7 +3,9 @@ export * from './errors.js';
 // Sandboxes and the agent API (lib/sandbox, lib/agent).
 export { Sandbox, linuxGuestSupport, type SandboxOpts } from './sandbox/sandbox.js';
 export { Commands, CommandHandle, type CommandResult, type CommandStartOpts, type CommandConnectOpts, type ProcessInfo } from './sandbox/commands.js';
-export { Files, type EntryInfo, type FileType, type WriteInfo, type WriteData, type WriteEntry } from './sandbox/files.js';
+export { Files, type EntryInfo, type FileType, type FileOpts, type WriteOpts, type WriteInfo, type WriteData, type WriteEntry } from './sandbox/files.js';
+export { WatchHandle, FilesystemEventType, type FilesystemEvent, type WatchOpts } from './sandbox/watch.js';
+export type { RequestOpts } from './sandbox/validate.js';
 export { Pty, type PtyHandle, type PtyCreateOpts, type PtySize } from './sandbox/pty.js';
 export { createAgentApi, type AgentApi } from './sandbox/agent-api.js';
 export { AgentClient, type AgentClientOptions, type Dial } from './agent/client.js';

@@ -19,7 +19,7 @@ export interface HostApi extends AgentApi {
 }
 
 /** A fresh host agent and the commands/files/pty API over one client connection. */
-export async function hostApi(opts: { uid?: number; gid?: number } = {}): Promise<HostApi> {
+export async function hostApi(opts: { uid?: number; gid?: number; user?: string } = {}): Promise<HostApi> {
   ensureAgentBuilt();
   const agent = await startHostAgent({ ...opts, env: cleanEnv() });
   const client = await agent.client();

@@ -2,7 +2,7 @@
 // its command line, the readiness line, reaping orphans as a subreaper, and the init
 // duties as PID 1 of a PID namespace (hostname, reaping, poweroff = the namespace ends).
 import { execFileSync, spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { connect, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { test } from 'uvu';
@@ -306,6 +306,34 @@ testUnless('agent-init', unshareSkipReason(['--fork', '--pid', '--mount', '--uts
     c.close();
     child.kill('SIGTERM');
   }
+});
+
+testUnless('agent-init', unshareSkipReason(['--fork', '--pid', '--mount', '--kill-child']), 'root')("as PID 1, the image's `user` account is the default user: commands run as it, in its home", async () => {
+  // The namespace's own /etc/passwd (a bind mount) has the account torpor's image has.
+  // Reachable for uid 1000 (WORK is 0700), and not under /tmp, which PID 1 mounts afresh.
+  const home = mkdtempSync('/var/tmp/torpor-home-user-');
+  execFileSync('chown', ['1000:1000', home]);
+  const passwd = join(WORK, 'passwd');
+  writeFileSync(passwd, readFileSync('/etc/passwd', 'utf8').split('\n').filter((l) => !l.startsWith('user:')).join('\n') + `user:x:1000:1000::${home}:/bin/sh\n`);
+  const sock = join(WORK, 'user.sock');
+  const { child } = await startAndReadLine('unshare', [
+    '--fork', '--pid', '--mount', '--kill-child', '/bin/sh', '-c',
+    `mount --bind ${passwd} /etc/passwd && exec ${AGENT} --listen unix:${sock} --console - --quiet`,
+  ]);
+  const c = await Conn.open(sock);
+  try {
+    const r = await c.exec(['/bin/sh', '-c', 'id -u; id -g; pwd; echo $HOME $USER']);
+    assert.is(r.stdout, `1000\n1000\n${home}\n${home} user\n`);
+  } finally {
+    c.close();
+    child.kill('SIGKILL'); // PID 1 ignores SIGTERM; --kill-child takes the agent along
+    rmSync(home, { recursive: true, force: true });
+  }
+});
+
+test('--user needs a name', () => {
+  const r = runAgent(['--user', '']);
+  assert.is(r.status, 2);
 });
 
 /** Our guest kernel (guest/kernel, built by `torpor setup`) if it was built, else undefined. */

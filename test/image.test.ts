@@ -29,7 +29,7 @@ function debugfs(image: string, request: string): string {
 
 test('the package list is parsed from build.sh (so key and script agree)', async () => {
   const packages = imagePackages(await readFile(join(imageDir, 'build.sh'), 'utf8'));
-  for (const p of ['bash', 'coreutils', 'python3', 'sqlite3', 'iproute2', 'procps', 'util-linux', 'ca-certificates']) {
+  for (const p of ['bash', 'coreutils', 'python3', 'sqlite3', 'iproute2', 'procps', 'util-linux', 'ca-certificates', 'sudo']) {
     assert.ok(packages.includes(p), p);
   }
 });
@@ -64,6 +64,10 @@ testUnless('image', await needsSetup(), 'artifacts')('the rootfs is a clean ext4
 
   assert.is(debugfs(image, 'cat /etc/hostname').split('\n').find((l) => l === 'torpor'), 'torpor');
   assert.match(debugfs(image, 'cat /etc/passwd'), /^nobody:x:65534:/m);
+  // E2B's default user: `user`, uid 1000, /home/user, root through sudo without a password.
+  assert.match(debugfs(image, 'cat /etc/passwd'), /^user:x:1000:1000:[^:]*:\/home\/user:\/bin\/bash$/m);
+  assert.match(debugfs(image, 'stat /home/user'), /User:\s+1000\s+Group:\s+1000/);
+  assert.match(debugfs(image, 'cat /etc/sudoers.d/user'), /^user ALL=\(ALL:ALL\) NOPASSWD: ALL$/m);
   assert.match(debugfs(image, 'cat /etc/hosts'), /127\.0\.0\.1\s+localhost/);
   // No documentation or man pages (path-exclude), but copyrights stay.
   assert.not.match(debugfs(image, 'ls /usr/share/man'), /man1/);

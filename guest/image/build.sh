@@ -20,7 +20,7 @@ out=${1:?usage: build.sh OUTDIR}
 suite=bookworm
 # Keep in step with the README's list of what the base image holds.
 packages=(bash coreutils findutils grep sed tar gzip procps util-linux iproute2
-          ca-certificates python3 sqlite3)
+          ca-certificates python3 sqlite3 sudo)
 
 if [[ $(id -u) -ne 0 ]]; then
   echo "build.sh: building the root filesystem needs root: mmdebstrap's root mode creates files owned by root" >&2
@@ -88,11 +88,17 @@ mmdebstrap \
   --customize-hook='echo torpor > "$1/etc/hostname"' \
   --customize-hook='printf "127.0.0.1\tlocalhost\n127.0.1.1\ttorpor\n::1\tlocalhost ip6-localhost ip6-loopback\n" > "$1/etc/hosts"' \
   --customize-hook='grep -q "^nobody:" "$1/etc/passwd" || chroot "$1" useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin nobody' \
+  --customize-hook='chroot "$1" useradd --create-home --home-dir /home/user --uid 1000 --user-group --groups sudo --shell /bin/bash user' \
+  --customize-hook='printf "# torpor: the default user may become root without a password, as in E2B sandboxes.\nuser ALL=(ALL:ALL) NOPASSWD: ALL\n" > "$1/etc/sudoers.d/user" && chmod 0440 "$1/etc/sudoers.d/user"' \
   --customize-hook='chroot "$1" dpkg-query -W -f="\${Package} \${Version}\n" > "$1/.packages.txt"' \
   "$suite" "$tree" "${sources[@]}"
 
 mv "$tree/.packages.txt" "$out/packages.txt"
 grep -q '^nobody:' "$tree/etc/passwd" || { echo "build.sh: no nobody user in the image" >&2; exit 1; }
+# The agent makes `user` the default user of commands and files (guest/agent/src/users.h).
+grep -q '^user:x:1000:1000:.*:/home/user:/bin/bash$' "$tree/etc/passwd" || { echo "build.sh: no user account (uid 1000, /home/user) in the image" >&2; exit 1; }
+[[ $(stat -c %u "$tree/home/user") == 1000 ]] || { echo "build.sh: /home/user is not owned by uid 1000" >&2; exit 1; }
+chroot "$tree" visudo -cq || { echo "build.sh: the image's sudoers do not parse" >&2; exit 1; }
 
 echo "phase: mkfs.ext4"
 tree_bytes=$(du -sb "$tree" | cut -f1)

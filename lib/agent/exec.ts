@@ -5,7 +5,7 @@
 import { TorporError } from '../errors.js';
 import type { AgentClient } from './client.js';
 import { FieldWriter, ProtocolError, type Fields } from './fields.js';
-import { FrameType } from './protocol.js';
+import { FrameType, MAX_EXEC_PAYLOAD_BYTES } from './protocol.js';
 import type { RequestStream } from './stream.js';
 
 export interface ExecRequest {
@@ -43,7 +43,7 @@ export interface ExecCallbacks {
 }
 
 export function execFields(req: ExecRequest): FieldWriter {
-  const fw = new FieldWriter();
+  const fw = new FieldWriter(MAX_EXEC_PAYLOAD_BYTES);
   if (req.argv) for (const a of req.argv) fw.str('arg', a);
   else if (req.shell !== undefined) fw.str('shell', req.shell);
   for (const [k, v] of Object.entries(req.envs ?? {})) fw.str('env', `${k}=${v}`);

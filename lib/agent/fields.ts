@@ -11,6 +11,8 @@ export class ProtocolError extends TorporError {
 }
 
 const utf8 = new TextDecoder('utf-8');
+/** The request_id field every request carries (added when the request is sent). */
+const REQUEST_ID_FIELD_BYTES = FIELD_HEADER_BYTES + 8;
 const U64_MAX = (1n << 64n) - 1n;
 
 export type FieldValue = number | bigint | boolean | string | Uint8Array | FieldWriter;
@@ -20,6 +22,10 @@ export type FieldValue = number | bigint | boolean | string | Uint8Array | Field
 export class FieldWriter {
   private readonly parts: Buffer[] = [];
   private total = 0;
+
+  /** `maxPayload`: the bound of the frame this payload goes into (an EXEC's is larger). The
+   *  request id the stream adds is counted in. */
+  constructor(private readonly maxPayload = MAX_PAYLOAD_BYTES) {}
 
   u32(tag: TagName, value: number): this {
     if (!Number.isInteger(value) || value < 0 || value > 0xffffffff) throw badValue(tag, value);
@@ -75,8 +81,8 @@ export class FieldWriter {
     h.writeUInt32LE(value.length, 2);
     this.parts.push(h, value);
     this.total += FIELD_HEADER_BYTES + value.length;
-    if (this.total > MAX_PAYLOAD_BYTES) {
-      throw new TorporError('INVALID_ARGUMENT', `request payload exceeds the protocol's ${MAX_PAYLOAD_BYTES} bytes`);
+    if (this.total > this.maxPayload - REQUEST_ID_FIELD_BYTES) {
+      throw new TorporError('INVALID_ARGUMENT', `request payload exceeds the protocol's ${this.maxPayload} bytes`);
     }
     return this;
   }

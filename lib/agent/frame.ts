@@ -3,7 +3,7 @@
 // and bounded: it never holds more than one header plus one maximal payload, and rejects a
 // length over MAX_PAYLOAD_BYTES or unknown flag bits before buffering the payload.
 import { ProtocolError } from './fields.js';
-import { FRAME_HEADER_BYTES, KNOWN_FLAGS, MAX_PAYLOAD_BYTES } from './protocol.js';
+import { FRAME_HEADER_BYTES, KNOWN_FLAGS, MAX_PAYLOAD_BYTES, maxPayloadFor } from './protocol.js';
 
 export interface Frame {
   stream: number;
@@ -13,8 +13,8 @@ export interface Frame {
 }
 
 export function encodeFrame(stream: number, type: number, flags: number, payload: Buffer = EMPTY): Buffer {
-  if (payload.length > MAX_PAYLOAD_BYTES) {
-    throw new ProtocolError(`frame payload of ${payload.length} bytes exceeds ${MAX_PAYLOAD_BYTES}`);
+  if (payload.length > maxPayloadFor(type)) {
+    throw new ProtocolError(`frame payload of ${payload.length} bytes exceeds ${maxPayloadFor(type)}`);
   }
   const out = Buffer.allocUnsafe(FRAME_HEADER_BYTES + payload.length);
   writeHeader(out, payload.length, stream, type, flags);

@@ -69,6 +69,9 @@ export async function startHostAgent(
     gid?: number;
     /** The agent's environment, which its commands inherit (default: this process's). */
     env?: NodeJS.ProcessEnv;
+    /** The agent's default user (`--user`): commands and file requests that name none act as
+     *  it. Default: none, so they run as the agent's own user (the guest's image boot uses `user`). */
+    user?: string;
   } = {},
 ): Promise<HostAgent> {
   const binary = opts.binary ?? hostAgentBinary();
@@ -83,7 +86,8 @@ export async function startHostAgent(
   if (opts.uid !== undefined) await chown(dir, opts.uid, opts.gid ?? opts.uid);
   // TORPOR_AGENT_LOG=1 keeps the agent's log lines (diagnostics() shows the tail).
   const quiet = process.env.TORPOR_AGENT_LOG ? [] : ['--quiet'];
-  const child = spawn(binary, ['--listen', `unix:${socketPath}`, '--console', '-', ...quiet, '--subreaper'], {
+  const user = opts.user !== undefined ? ['--user', opts.user] : [];
+  const child = spawn(binary, ['--listen', `unix:${socketPath}`, '--console', '-', ...quiet, ...user, '--subreaper'], {
     stdio: ['ignore', 'pipe', 'pipe'],
     env: opts.env ?? process.env,
     ...(opts.uid !== undefined ? { uid: opts.uid, gid: opts.gid ?? opts.uid } : {}),

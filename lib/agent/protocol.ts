@@ -6,6 +6,13 @@ export const PROTOCOL_VERSION = 1;
 export const FRAME_HEADER_BYTES = 12;
 /** Largest payload either side accepts; a larger length closes the connection. */
 export const MAX_PAYLOAD_BYTES = 1024 * 1024;
+/** An EXEC request may be larger (its argv and env, about 2 MiB in all as Linux allows), to an
+ *  agent that announced the `users` feature. */
+export const MAX_EXEC_PAYLOAD_BYTES = 2560 * 1024;
+/** The largest payload of a frame of this type. */
+export function maxPayloadFor(type: number): number {
+  return type === FrameType.EXEC ? MAX_EXEC_PAYLOAD_BYTES : MAX_PAYLOAD_BYTES;
+}
 /** Largest `data` field in one frame. */
 export const MAX_DATA_BYTES = MAX_PAYLOAD_BYTES - 64;
 /** Bytes of a field header: tag u16, len u32. */
@@ -37,6 +44,7 @@ export const FrameType = {
   MKDIR: 36,
   REMOVE: 37,
   RENAME: 38,
+  WATCH: 39,
   SYNC: 48,
   POWEROFF: 49,
   RESUMED: 50,
@@ -48,6 +56,7 @@ export const FrameType = {
   EXITED: 68,
   DATA: 69,
   ERR: 70,
+  EVENT: 71,
 } as const;
 export type FrameTypeName = keyof typeof FrameType;
 
@@ -97,12 +106,23 @@ export const Tag = {
   pending: 43,
   stdout_start: 44,
   stderr_start: 45,
+  gid_out: 46,
+  owner: 47,
+  group: 48,
+  follow: 49,
+  event: 50,
+  seq: 51,
+  watch_id: 52,
+  dropped: 53,
 } as const;
 export type TagName = keyof typeof Tag;
 
 export type FieldKind = 'u32' | 'u64' | 'i32' | 'i64' | 'bool' | 'str' | 'bytes';
 
 const STR_MAX = 64 * 1024;
+/** An exec string (argv element, shell string, env entry): Linux's MAX_ARG_STRLEN, 128 KiB with
+ *  its terminating NUL. */
+export const ARG_MAX_BYTES = 128 * 1024 - 1;
 const PATH_MAX = 4096;
 
 /** Kind and size bound of every known tag: decoding checks them, so a peer cannot hand us a
@@ -119,9 +139,9 @@ export const FIELD_SPEC: Record<number, { kind: FieldKind; max?: number }> = {
   [Tag.message]: { kind: 'str', max: STR_MAX },
   [Tag.path]: { kind: 'str', max: PATH_MAX },
   [Tag.path2]: { kind: 'str', max: PATH_MAX },
-  [Tag.arg]: { kind: 'str', max: STR_MAX },
-  [Tag.shell]: { kind: 'str', max: STR_MAX },
-  [Tag.env]: { kind: 'str', max: STR_MAX },
+  [Tag.arg]: { kind: 'str', max: ARG_MAX_BYTES },
+  [Tag.shell]: { kind: 'str', max: ARG_MAX_BYTES },
+  [Tag.env]: { kind: 'str', max: ARG_MAX_BYTES },
   [Tag.uid]: { kind: 'u32' },
   [Tag.gid]: { kind: 'u32' },
   [Tag.user]: { kind: 'str', max: STR_MAX },
@@ -153,6 +173,14 @@ export const FIELD_SPEC: Record<number, { kind: FieldKind; max?: number }> = {
   [Tag.pending]: { kind: 'bool' },
   [Tag.stdout_start]: { kind: 'u64' },
   [Tag.stderr_start]: { kind: 'u64' },
+  [Tag.gid_out]: { kind: 'u32' },
+  [Tag.owner]: { kind: 'str', max: STR_MAX },
+  [Tag.group]: { kind: 'str', max: STR_MAX },
+  [Tag.follow]: { kind: 'bool' },
+  [Tag.event]: { kind: 'str', max: STR_MAX },
+  [Tag.seq]: { kind: 'u64' },
+  [Tag.watch_id]: { kind: 'u32' },
+  [Tag.dropped]: { kind: 'u64' },
 };
 
 /** Feature bits of HELLO. */
@@ -163,9 +191,13 @@ export const Feature = {
   attach: 1n << 3n,
   resumed: 1n << 4n,
   request_ids: 1n << 5n,
+  /** Default user, `user` on file requests, owner/group names, FILE_STAT `follow`, 128 KiB exec strings. */
+  users: 1n << 6n,
+  /** WATCH / EVENT (files.watchDir). */
+  watch: 1n << 7n,
 } as const;
 export const CLIENT_FEATURES =
-  Feature.exec | Feature.pty | Feature.files | Feature.attach | Feature.resumed | Feature.request_ids;
+  Feature.exec | Feature.pty | Feature.files | Feature.attach | Feature.resumed | Feature.request_ids | Feature.users | Feature.watch;
 
 /** Frame types that carry flow-controlled `data`. */
 export function isDataFrame(type: number): boolean {

@@ -14,6 +14,8 @@ export interface CommandResult {
   signal?: string;
   /** Set when the process was killed because it ran past `timeoutMs`. */
   timedOut?: boolean;
+  /** Why it failed, in E2B's words: 'exit status 3', 'signal: killed'. Unset on exit 0. */
+  error?: string;
 }
 
 export interface OutputCallbacks {
@@ -102,6 +104,8 @@ export class CommandOutput {
   overflowed: 'stdout' | 'stderr' | undefined;
   /** Why killing the process after the overflow failed, if it did. */
   killError: unknown;
+  /** The first error an onStdout/onStderr callback threw (wait() rejects with it). */
+  callbackError: { error: unknown } | undefined;
 
   constructor(
     keep: boolean,
@@ -115,6 +119,13 @@ export class CommandOutput {
     };
     this.out = new OutputBuffer(keep, maxBuffer, () => hit('stdout'));
     this.err = new OutputBuffer(keep, maxBuffer, () => hit('stderr'));
+  }
+
+  /** A user callback threw: keep the first error and stop receiving (`detach`). */
+  callbackFailed(error: unknown, detach: () => void): void {
+    if (this.callbackError) return;
+    this.callbackError = { error };
+    detach();
   }
 }
 
@@ -159,6 +170,13 @@ export class CommandHandle {
   get exitCode(): number | undefined {
     return this.exit?.exitCode;
   }
+  /** E2B's words for how it ended ('exit status 3', 'signal: killed'); undefined while it runs
+   *  or after exit 0. */
+  get error(): string | undefined {
+    if (!this.exit) return undefined;
+    const { exitCode, signal } = this.exit;
+    return exitCode !== 0 || signal ? exitErrorText(signal ? 128 + signal : exitCode, signal) : undefined;
+  }
   /** Byte offsets of the next stdout / stderr byte this handle would receive: pass them as
    *  `commands.connect(pid, { fromOffset })` to continue with no gap and no duplicate. */
   get offsets(): { stdout: number; stderr: number } {
@@ -174,10 +192,13 @@ export class CommandHandle {
     try {
       result = await this.result;
     } catch (err) {
+      // An onStdout/onStderr callback threw: that is the caller's error to see (as E2B).
+      if (this.output.callbackError) throw this.output.callbackError.error;
       // The kill after an overflow failed and the session was dropped: still an OUTPUT_LIMIT.
       if (this.output.overflowed) throw this.limitError(this.output.killError ?? err);
       throw err;
     }
+    if (this.output.callbackError) throw this.output.callbackError.error;
     if (this.output.overflowed) throw this.limitError();
     if (result.timedOut) {
       const err = new TimeoutError(
@@ -187,12 +208,13 @@ export class CommandHandle {
       throw err;
     }
     if (result.exitCode !== 0 && this.throwOnError) {
-      const r: { exitCode: number; stdout: string; stderr: string; signal?: string } = {
+      const r: { exitCode: number; stdout: string; stderr: string; signal?: string; error?: string } = {
         exitCode: result.exitCode,
         stdout: result.stdout,
         stderr: result.stderr,
       };
       if (result.signal) r.signal = result.signal;
+      if (result.error) r.error = result.error;
       throw new CommandExitError(r, this.label);
     }
     return result;
@@ -232,8 +254,35 @@ export class CommandHandle {
       if (info.exitCode === -1 || info.exitCode === 0) r.exitCode = 128 + info.signal;
     }
     if (info.timedOut) r.timedOut = true;
+    if (r.exitCode !== 0 || r.signal) r.error = exitErrorText(r.exitCode, info.signal);
     return r;
   }
+}
+
+/** What Go's os/exec says about an exit (E2B's `error` field): 'exit status 3', 'signal: killed'. */
+const goSignalText: Record<string, string> = {
+  SIGHUP: 'hangup',
+  SIGINT: 'interrupt',
+  SIGQUIT: 'quit',
+  SIGILL: 'illegal instruction',
+  SIGTRAP: 'trace/breakpoint trap',
+  SIGABRT: 'aborted',
+  SIGBUS: 'bus error',
+  SIGFPE: 'floating point exception',
+  SIGKILL: 'killed',
+  SIGUSR1: 'user defined signal 1',
+  SIGSEGV: 'segmentation fault',
+  SIGUSR2: 'user defined signal 2',
+  SIGPIPE: 'broken pipe',
+  SIGALRM: 'alarm clock',
+  SIGTERM: 'terminated',
+};
+export function exitErrorText(exitCode: number, signal?: number): string {
+  if (signal) {
+    const name = signalName(signal);
+    return `signal: ${goSignalText[name] ?? name}`;
+  }
+  return `exit status ${exitCode}`;
 }
 
 export function isProcessGone(err: unknown): boolean {

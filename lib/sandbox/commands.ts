@@ -6,11 +6,12 @@
 //   await sbx.commands.run(['python3', '-c', 'print(1+1)'])
 import { constants } from 'node:os';
 
-import { OutputLostError, TorporError } from '../errors.js';
+import { OutputLostError, TimeoutError, TorporError } from '../errors.js';
 import type { AgentClient } from '../agent/client.js';
-import { ExecSession, type ExecRequest } from '../agent/exec.js';
+import { ExecSession, type ExecRequest, type StartInfo } from '../agent/exec.js';
+import { withinMs } from './deadline.js';
 import { FieldWriter } from '../agent/fields.js';
-import { FLAG_END, FrameType } from '../agent/protocol.js';
+import { FLAG_END, FrameType, MAX_PAYLOAD_BYTES } from '../agent/protocol.js';
 import {
   CommandHandle,
   CommandOutput,
@@ -28,8 +29,11 @@ import {
   checkKnownKeys,
   checkMaxBuffer,
   checkObject,
+  checkRequestTimeout,
   checkString,
+  callOpts,
   fail,
+  type RequestOpts,
 } from './validate.js';
 
 export type { CommandResult } from './command-handle.js';
@@ -39,13 +43,19 @@ export interface CommandStartOpts extends OutputCallbacks {
   /** Return a CommandHandle at once instead of waiting for the exit. */
   background?: boolean;
   cwd?: string;
-  /** User name in the guest's /etc/passwd (uid, gid, groups and HOME follow). Default: the agent's user (root). */
+  /** User name in the guest's /etc/passwd (uid, gid, groups and HOME follow; the working
+   *  directory defaults to that user's home). Default: the agent's default user, `user`
+   *  (uid 1000, /home/user) in torpor's image, as in E2B; `'root'` runs as root. */
   user?: string;
   envs?: Record<string, string>;
   /** true: keep stdin open for sendStdin()/closeStdin(). A string or bytes: written to stdin, then closed. */
   stdin?: boolean | string | Uint8Array;
-  /** Kill the process group after this long; 0 = never. Default 60 s in the foreground, none in the background. */
+  /** Kill the process group after this long; 0 = never. Default 60 s in the foreground, none in the
+   *  background (E2B applies 60 s to background commands too; torpor does not kill a server you
+   *  started because you did not say how long it may live: pass timeoutMs to bound it). */
   timeoutMs?: number;
+  /** How long to wait for the agent to start the process (E2B's option; default: no limit). */
+  requestTimeoutMs?: number;
   /** Throw CommandExitError on a non-zero exit (default true). */
   throwOnError?: boolean;
   /** A label shown in commands.list(). */
@@ -82,7 +92,14 @@ export interface CommandConnectOpts extends OutputCallbacks {
   throwOnError?: boolean;
   /** As for commands.run: bytes of each stream kept for wait(), replay included (default 64 MiB). */
   maxBuffer?: number;
+  /** How long to wait for the agent to attach (default: no limit). */
+  requestTimeoutMs?: number;
+  /** Stop receiving after this long: wait() rejects with TIMEOUT and the process keeps running
+   *  (E2B's option; default, unlike E2B's 60 s: no limit). */
+  timeoutMs?: number;
 }
+
+export type { RequestOpts } from './validate.js';
 
 const RUN_KEYS = [
   'background',
@@ -96,8 +113,9 @@ const RUN_KEYS = [
   'onStdout',
   'onStderr',
   'maxBuffer',
+  'requestTimeoutMs',
 ] as const;
-const CONNECT_KEYS = ['fromOffset', 'throwOnError', 'onStdout', 'onStderr', 'maxBuffer'] as const;
+const CONNECT_KEYS = ['fromOffset', 'throwOnError', 'onStdout', 'onStderr', 'maxBuffer', 'requestTimeoutMs', 'timeoutMs'] as const;
 /** Default maxBuffer: generous for real command output, far below what would hurt the host. */
 export const DEFAULT_MAX_BUFFER = 64 * 1024 * 1024;
 const DEFAULT_FOREGROUND_TIMEOUT_MS = 60_000;
@@ -144,10 +162,15 @@ export class Commands implements ProcessControl {
     return handle.wait();
   }
 
-  /** Processes the agent knows: running ones and recently ended ones. */
-  async list(): Promise<ProcessInfo[]> {
-    const answer = await this.client().call(FrameType.PROC_LIST, new FieldWriter());
-    return answer.nested('entry').map((e) => {
+  /** Running processes (as E2B). `includeEnded: true` adds the recently ended ones the agent
+   *  keeps for reattaching (with their exitCode). */
+  async list(opts: RequestOpts & { includeEnded?: boolean } = {}): Promise<ProcessInfo[]> {
+    checkObject('opts', opts);
+    checkKnownKeys('opts', opts, ['includeEnded', 'requestTimeoutMs']);
+    checkBool('opts.includeEnded', opts.includeEnded);
+    checkRequestTimeout(opts);
+    const answer = await this.client().call(FrameType.PROC_LIST, new FieldWriter(), callOpts(opts));
+    const all = answer.nested('entry').map((e) => {
       const argv = e.strs('arg');
       const shell = e.str('shell');
       const envs: Record<string, string> = {};
@@ -170,6 +193,7 @@ export class Commands implements ProcessControl {
       if (exitCode !== undefined && !info.running) info.exitCode = exitCode;
       return info;
     });
+    return opts.includeEnded ? all : all.filter((p) => p.running);
   }
 
   /** Reattaches to a process (running or recently ended), replaying kept output from the
@@ -183,6 +207,8 @@ export class Commands implements ProcessControl {
     checkFunction('opts.onStderr', opts.onStderr);
     checkBool('opts.throwOnError', opts.throwOnError);
     checkMaxBuffer('opts.maxBuffer', opts.maxBuffer);
+    checkRequestTimeout(opts);
+    checkInt('opts.timeoutMs', opts.timeoutMs, 0, 2 ** 31 - 1);
     let asked: { stdout?: number; stderr?: number } = {};
     if (typeof opts.fromOffset === 'number') {
       checkInt('opts.fromOffset', opts.fromOffset, 0, Number.MAX_SAFE_INTEGER);
@@ -234,11 +260,21 @@ export class Commands implements ProcessControl {
     client.requireFeature('attach');
     let session: ExecSession | undefined;
     const output = this.limitedOutput(true, opts.maxBuffer, () => session);
+    const failed = (err: unknown) => output.callbackFailed(err, () => session?.detach());
     session = ExecSession.attach(client, pid, offsets, {
-      onStdout: (data) => deliver(opts.onStdout, output.out.push(data)),
-      onStderr: (data) => deliver(opts.onStderr, output.err.push(data)),
+      onStdout: (data) => deliver(opts.onStdout, output.out.push(data), failed),
+      onStderr: (data) => deliver(opts.onStderr, output.err.push(data), failed),
     });
-    await session.started;
+    await startedWithin(session, opts.requestTimeoutMs, `attaching to process ${pid}`);
+    if (opts.timeoutMs) {
+      const ms = opts.timeoutMs;
+      const timer = setTimeout(
+        () => failed(new TimeoutError(`connection to process ${pid} ended after timeoutMs (${ms} ms); the process keeps running`)),
+        ms,
+      );
+      timer.unref?.();
+      session.exited.then(() => clearTimeout(timer), () => clearTimeout(timer));
+    }
     return new CommandHandle(pid, session, this, `process ${pid}`, opts.throwOnError ?? true, output);
   }
 
@@ -270,31 +306,39 @@ export class Commands implements ProcessControl {
   }
 
   /** Writes to a process's stdin (the process must have been started with `stdin: true`). */
-  async sendStdin(pid: number, data: string | Uint8Array): Promise<void> {
+  async sendStdin(pid: number, data: string | Uint8Array, opts: RequestOpts = {}): Promise<void> {
     checkInt('pid', pid, 1, U32_MAX);
+    checkRequestOpts(opts);
     const bytes = typeof data === 'string' ? Buffer.from(data, 'utf8') : data;
     if (!(bytes instanceof Uint8Array)) fail('data', 'a string or a Uint8Array', data);
     for (let pos = 0; pos < bytes.length || (pos === 0 && bytes.length === 0); pos += STDIN_CHUNK) {
       const fw = new FieldWriter().u32('pid', pid).bytes('data', bytes.subarray(pos, pos + STDIN_CHUNK));
-      await this.client().call(FrameType.STDIN, fw);
+      await this.client().call(FrameType.STDIN, fw, callOpts(opts));
       if (bytes.length === 0) break;
     }
   }
 
   /** Closes a process's stdin (it sees end of file). */
-  async closeStdin(pid: number): Promise<void> {
+  async closeStdin(pid: number, opts: RequestOpts = {}): Promise<void> {
     checkInt('pid', pid, 1, U32_MAX);
+    checkRequestOpts(opts);
     const fw = new FieldWriter().u32('pid', pid).bytes('data', new Uint8Array(0));
-    await this.client().call(FrameType.STDIN, fw, { flags: FLAG_END });
+    await this.client().call(FrameType.STDIN, fw, { flags: FLAG_END, ...callOpts(opts) });
   }
 
   /** Signals a process group (SIGKILL by default). false when no such process is running. */
-  async kill(pid: number, signal: NodeJS.Signals | number = 'SIGKILL'): Promise<boolean> {
+  async kill(pid: number, signal: NodeJS.Signals | number | RequestOpts = 'SIGKILL', opts: RequestOpts = {}): Promise<boolean> {
     checkInt('pid', pid, 1, U32_MAX);
+    // E2B's kill(pid, opts): an options object in the signal's place.
+    if (typeof signal === 'object' && signal !== null) {
+      opts = signal;
+      signal = 'SIGKILL';
+    }
+    checkRequestOpts(opts);
     const num = typeof signal === 'number' ? signal : (constants.signals as Record<string, number>)[signal];
     if (num === undefined || !Number.isInteger(num) || num < 1 || num > 64) fail('signal', 'a signal name or number', signal);
     try {
-      await this.client().call(FrameType.PROC_SIGNAL, new FieldWriter().u32('pid', pid).u32('signal', num));
+      await this.client().call(FrameType.PROC_SIGNAL, new FieldWriter().u32('pid', pid).u32('signal', num), callOpts(opts));
       return true;
     } catch (err) {
       if (isProcessGone(err)) return false;
@@ -305,42 +349,69 @@ export class Commands implements ProcessControl {
   /** @internal shared with Pty */
   async start(
     request: ExecRequest,
-    opts: OutputCallbacks & { throwOnError?: boolean; maxBuffer?: number; raw?: (data: Buffer) => void },
+    opts: OutputCallbacks & { throwOnError?: boolean; maxBuffer?: number; requestTimeoutMs?: number; raw?: (data: Buffer) => void },
     label: string,
   ): Promise<CommandHandle> {
+    // An agent before the `users` feature takes exec strings of at most 64 KiB and requests of
+    // at most 1 MiB (more would close its connection): say so here instead.
+    const client = this.client();
+    if (!client.supports('users')) {
+      const strings = [...(request.argv ?? []), request.shell ?? '', ...Object.entries(request.envs ?? {}).map(([k, v]) => `${k}=${v}`)];
+      const total = strings.reduce((n, x) => n + Buffer.byteLength(x) + 6, 0);
+      if (strings.some((x) => Buffer.byteLength(x) > 64 * 1024) || total > MAX_PAYLOAD_BYTES - 4096) {
+        fail('cmd', 'strings of at most 64 KiB each and 1 MiB in all for this agent (it predates the larger limits)', '(a longer command)');
+      }
+    }
     // The sandbox's envs reach every process it starts, commands and ptys alike.
     if (this.defaults.envs) request = { ...request, envs: { ...this.defaults.envs, ...(request.envs ?? {}) } };
     // A pty (raw) keeps no output: its bytes go to onData only.
     let session: ExecSession | undefined;
     const output = this.limitedOutput(opts.raw === undefined, opts.maxBuffer, () => session);
-    session = ExecSession.exec(this.client(), request, {
+    const failed = (err: unknown) => output.callbackFailed(err, () => session?.detach());
+    session = ExecSession.exec(client, request, {
       onStdout: (data) => {
         if (opts.raw) return opts.raw(data);
-        deliver(opts.onStdout, output.out.push(data));
+        deliver(opts.onStdout, output.out.push(data), failed);
       },
-      onStderr: (data) => deliver(opts.onStderr, output.err.push(data)),
+      onStderr: (data) => deliver(opts.onStderr, output.err.push(data), failed),
     });
-    const started = await session.started;
+    const started = await startedWithin(session, opts.requestTimeoutMs, `starting ${label}`);
     return new CommandHandle(started.pid, session, this, label, opts.throwOnError ?? true, output);
   }
 }
 
-function deliver(cb: ((s: string) => void | Promise<void>) | undefined, text: string): void {
+/** Calls a user's output callback. One that throws (or whose promise rejects) ends this view of
+ *  the process: `failed` records the error, which wait()/run() then reject with (as E2B does);
+ *  the process itself keeps running (commands.connect reattaches). */
+function deliver(cb: ((s: string) => void | Promise<void>) | undefined, text: string, failed: (err: unknown) => void): void {
   if (!cb || !text) return;
   try {
     const r = cb(text);
-    if (r && typeof (r as Promise<void>).catch === 'function') (r as Promise<void>).catch(() => undefined);
-  } catch {
-    // A throwing user callback must not tear down the stream that feeds every other consumer.
+    if (r && typeof (r as Promise<void>).catch === 'function') (r as Promise<void>).catch(failed);
+  } catch (err) {
+    failed(err);
   }
 }
+
+/** The session's STARTED, or TIMEOUT after `ms` (the session is dropped then). */
+function startedWithin(session: ExecSession, ms: number | undefined, what: string): Promise<StartInfo> {
+  return withinMs(session.started, ms, what, () => session.detach());
+}
+
+function checkRequestOpts(opts: RequestOpts): void {
+  checkObject('opts', opts);
+  checkKnownKeys('opts', opts, ['requestTimeoutMs']);
+  checkRequestTimeout(opts);
+}
+
+
 
 export function toExecRequest(cmd: string | string[], opts: CommandStartOpts): ExecRequest {
   checkObject('opts', opts);
   checkKnownKeys('opts', opts, RUN_KEYS);
   const req: ExecRequest = {};
   if (typeof cmd === 'string') {
-    if (cmd.trim().length === 0) fail('cmd', 'a non-empty command string or argv array', cmd);
+    // An empty (or blank) string runs, as in E2B: the shell exits 0.
     checkString('cmd', cmd);
     req.shell = cmd;
   } else if (Array.isArray(cmd)) {
@@ -362,6 +433,7 @@ export function toExecRequest(cmd: string | string[], opts: CommandStartOpts): E
   checkFunction('opts.onStdout', opts.onStdout);
   checkFunction('opts.onStderr', opts.onStderr);
   checkMaxBuffer('opts.maxBuffer', opts.maxBuffer);
+  checkRequestTimeout(opts);
   if (opts.stdin !== undefined && typeof opts.stdin !== 'boolean' && typeof opts.stdin !== 'string' && !(opts.stdin instanceof Uint8Array)) {
     fail('opts.stdin', 'a boolean, a string or a Uint8Array', opts.stdin);
   }

@@ -1,15 +1,18 @@
 // sbx.files: the guest's filesystem (E2B's words: read, write, list, getInfo, exists, makeDir,
-// remove, rename). Reads and writes are streamed in frames under credit flow control, so a
+// remove, rename, watchDir). Every call acts as a guest user (`user`, default the agent's default
+// user) and takes requestTimeoutMs. Reads and writes are streamed in frames under credit flow control, so a
 // 50 MiB file never sits in one buffer on either side unless the caller asks for it whole.
 import { posix } from 'node:path';
 import { Readable } from 'node:stream';
 
-import { TorporError } from '../errors.js';
+import { TorporError, createError } from '../errors.js';
+import { withinMs } from './deadline.js';
 import type { AgentClient } from '../agent/client.js';
 import { FieldWriter, type Fields } from '../agent/fields.js';
 import { FLAG_END, FrameType } from '../agent/protocol.js';
 import type { RequestStream } from '../agent/stream.js';
-import { checkInt, checkKnownKeys, checkObject, checkPath, fail } from './validate.js';
+import { WatchHandle, watchStarted, type FilesystemEvent, type WatchOpts } from './watch.js';
+import { callOpts, checkInt, checkKnownKeys, checkObject, checkPath, checkRequestTimeout, checkString, fail } from './validate.js';
 
 export type FileType = 'file' | 'dir' | 'symlink' | 'other';
 
@@ -18,13 +21,31 @@ export interface EntryInfo {
   type: FileType;
   path: string;
   size: number;
-  /** Permission bits and file type bits, as st_mode. */
+  /** File type and permission bits, as st_mode (0o100644 for a plain file). */
   mode: number;
+  /** The permission bits as `ls -l` shows them: 'rwxr-xr-x'. */
+  permissions: string;
+  /** Owner's user name (the uid as a string when the guest has no name for it). */
+  owner: string;
+  /** Group name (the gid as a string when the guest has none). */
+  group: string;
+  /** Owner's uid and group's gid. */
+  uid: number;
+  gid: number;
   modifiedTime: Date;
   symlinkTarget?: string;
-  /** Owner uid. */
-  owner?: number;
 }
+
+/** Options every files call takes (E2B's). */
+export interface FileOpts {
+  /** Act as this guest user: a relative path is relative to that user's home, and what the
+   *  call creates is owned by that user. Default: the agent's default user (`user` in
+   *  torpor's image). */
+  user?: string;
+  /** Give up waiting for the agent after this long (TimeoutError, code TIMEOUT). */
+  requestTimeoutMs?: number;
+}
+const FILE_KEYS = ['user', 'requestTimeoutMs'] as const;
 
 export interface WriteInfo {
   name: string;
@@ -50,36 +71,43 @@ export class Files {
     };
   }
 
-  read(path: string, opts?: { format?: 'text' }): Promise<string>;
-  read(path: string, opts: { format: 'bytes' }): Promise<Uint8Array>;
-  read(path: string, opts: { format: 'stream' }): Promise<ReadableStream<Uint8Array>>;
+  read(path: string, opts?: FileOpts & { format?: 'text' }): Promise<string>;
+  read(path: string, opts: FileOpts & { format: 'bytes' }): Promise<Uint8Array>;
+  read(path: string, opts: FileOpts & { format: 'blob' }): Promise<Blob>;
+  read(path: string, opts: FileOpts & { format: 'stream' }): Promise<ReadableStream<Uint8Array>>;
   async read(
     path: string,
-    opts: { format?: 'text' | 'bytes' | 'stream' } = {},
-  ): Promise<string | Uint8Array | ReadableStream<Uint8Array>> {
+    opts: FileOpts & { format?: 'text' | 'bytes' | 'blob' | 'stream' } = {},
+  ): Promise<string | Uint8Array | Blob | ReadableStream<Uint8Array>> {
     checkPath('path', path);
-    checkObject('opts', opts);
-    checkKnownKeys('opts', opts, ['format']);
+    checkFileOpts(opts, ['format']);
     const format = opts.format ?? 'text';
-    if (format !== 'text' && format !== 'bytes' && format !== 'stream') fail('opts.format', "'text', 'bytes' or 'stream'", format);
-    const reader = new FileReader(this.client(), path);
-    await reader.opened;
-    if (format === 'stream') return reader.toWebStream();
-    const buf = await reader.readAll();
-    return format === 'text' ? buf.toString('utf8') : new Uint8Array(buf.buffer, buf.byteOffset, buf.length);
+    if (format !== 'text' && format !== 'bytes' && format !== 'blob' && format !== 'stream') {
+      fail('opts.format', "'text', 'bytes', 'blob' or 'stream'", format);
+    }
+    const reader = new FileReader(this.client(), path, this.target(new FieldWriter().str('path', path), opts));
+    // requestTimeoutMs bounds the whole read, or the opening of a stream.
+    return withTimeout(opts, `read ${path}`, () => reader.stream.cancel(), async () => {
+      await reader.opened;
+      if (format === 'stream') return reader.toWebStream();
+      const buf = await reader.readAll();
+      if (format === 'text') return buf.toString('utf8');
+      const bytes = new Uint8Array(buf.buffer, buf.byteOffset, buf.length);
+      return format === 'blob' ? new Blob([bytes]) : bytes;
+    });
   }
 
   /** Writes a file atomically (temp file, fsync, rename), creating parent directories as needed.
    *  Also accepts an array of { path, data } and writes each. */
-  write(path: string, data: WriteData, opts?: { mode?: number }): Promise<WriteInfo>;
-  write(files: WriteEntry[], opts?: { mode?: number }): Promise<WriteInfo[]>;
+  write(path: string, data: WriteData, opts?: WriteOpts): Promise<WriteInfo>;
+  write(files: WriteEntry[], opts?: WriteOpts): Promise<WriteInfo[]>;
   async write(
     pathOrFiles: string | WriteEntry[],
-    dataOrOpts?: WriteData | { mode?: number },
-    maybeOpts?: { mode?: number },
+    dataOrOpts?: WriteData | WriteOpts,
+    maybeOpts?: WriteOpts,
   ): Promise<WriteInfo | WriteInfo[]> {
     if (Array.isArray(pathOrFiles)) {
-      const opts = (dataOrOpts ?? {}) as { mode?: number };
+      const opts = (dataOrOpts ?? {}) as WriteOpts;
       pathOrFiles.forEach((f, i) => {
         checkObject(`files[${i}]`, f);
         checkPath(`files[${i}].path`, f.path);
@@ -97,27 +125,28 @@ export class Files {
     return this.writeOne(pathOrFiles, dataOrOpts as WriteData, opts);
   }
 
-  async list(path: string, opts: { depth?: number } = {}): Promise<EntryInfo[]> {
+  async list(path: string, opts: FileOpts & { depth?: number } = {}): Promise<EntryInfo[]> {
     checkPath('path', path);
-    checkObject('opts', opts);
-    checkKnownKeys('opts', opts, ['depth']);
+    checkFileOpts(opts, ['depth']);
     checkInt('opts.depth', opts.depth, 1, 16);
-    const fw = new FieldWriter().str('path', path).u32('depth', opts.depth ?? 1);
-    const answer = await this.client().call(FrameType.FILE_LIST, fw);
+    const fw = this.target(new FieldWriter().str('path', path).u32('depth', opts.depth ?? 1), opts);
+    const answer = await this.client().call(FrameType.FILE_LIST, fw, callOpts(opts));
     return answer.nested('entry').map((e) => toEntry(e, path));
   }
 
-  async getInfo(path: string): Promise<EntryInfo> {
+  /** The entry at path itself (a symlink is reported as the link, with its target). */
+  async getInfo(path: string, opts: FileOpts = {}): Promise<EntryInfo> {
     checkPath('path', path);
-    const answer = await this.client().call(FrameType.FILE_STAT, new FieldWriter().str('path', path));
-    const entry = answer.nested('entry')[0];
-    if (!entry) throw new TorporError('PROTOCOL_ERROR', `FILE_STAT answer for ${path} has no entry`);
-    return toEntry(entry, posix.dirname(path), path);
+    checkFileOpts(opts);
+    return this.stat(path, opts, false);
   }
 
-  async exists(path: string): Promise<boolean> {
+  /** Whether something exists at path, following symlinks (a dangling link: false), as E2B. */
+  async exists(path: string, opts: FileOpts = {}): Promise<boolean> {
+    checkPath('path', path);
+    checkFileOpts(opts);
     try {
-      await this.getInfo(path);
+      await this.stat(path, opts, true);
       return true;
     } catch (err) {
       if (err instanceof TorporError && err.code === 'FILE_NOT_FOUND') return false;
@@ -125,31 +154,88 @@ export class Files {
     }
   }
 
-  /** Creates a directory and its parents. Resolves false when it already existed. */
-  async makeDir(path: string, opts: { mode?: number } = {}): Promise<boolean> {
+  /** Creates a directory and its parents. Resolves false when it already existed; throws
+   *  NOT_A_DIRECTORY when the path (or one on its way) exists and is not a directory. */
+  async makeDir(path: string, opts: FileOpts & { mode?: number } = {}): Promise<boolean> {
     checkPath('path', path);
-    checkWriteOpts(opts);
-    if (await this.exists(path)) return false;
-    const fw = new FieldWriter().str('path', path).u32('mode', opts.mode ?? 0o755).bool('recursive', true);
-    await this.client().call(FrameType.MKDIR, fw);
+    checkFileOpts(opts, ['mode']);
+    checkInt('opts.mode', opts.mode, 0, 0o7777);
+    try {
+      const info = await this.stat(path, opts, true);
+      if (info.type === 'dir') return false;
+      throw createError('NOT_A_DIRECTORY', `makeDir ${path}: it exists and is not a directory (${info.type})`);
+    } catch (err) {
+      if (!(err instanceof TorporError && err.code === 'FILE_NOT_FOUND')) throw err;
+    }
+    const fw = this.target(new FieldWriter().str('path', path).u32('mode', opts.mode ?? 0o755).bool('recursive', true), opts);
+    await this.client().call(FrameType.MKDIR, fw, callOpts(opts));
     return true;
   }
 
-  /** Removes a file or a directory tree. */
-  async remove(path: string): Promise<void> {
+  /** Removes a file or a directory tree. A path that does not exist is fine (as E2B). */
+  async remove(path: string, opts: FileOpts = {}): Promise<void> {
     checkPath('path', path);
-    await this.client().call(FrameType.REMOVE, new FieldWriter().str('path', path).bool('recursive', true));
+    checkFileOpts(opts);
+    const fw = this.target(new FieldWriter().str('path', path).bool('recursive', true), opts);
+    try {
+      await this.client().call(FrameType.REMOVE, fw, callOpts(opts));
+    } catch (err) {
+      if (!(err instanceof TorporError && err.code === 'FILE_NOT_FOUND')) throw err;
+    }
   }
 
-  async rename(oldPath: string, newPath: string): Promise<EntryInfo> {
+  /** Moves oldPath to newPath, creating newPath's missing parent directories (as E2B). */
+  async rename(oldPath: string, newPath: string, opts: FileOpts = {}): Promise<EntryInfo> {
     checkPath('oldPath', oldPath);
     checkPath('newPath', newPath);
-    await this.client().call(FrameType.RENAME, new FieldWriter().str('path', oldPath).str('path2', newPath));
-    return this.getInfo(newPath);
+    checkFileOpts(opts);
+    const fw = this.target(new FieldWriter().str('path', oldPath).str('path2', newPath), opts);
+    await this.client().call(FrameType.RENAME, fw, callOpts(opts));
+    return this.stat(newPath, opts, false);
   }
 
-  private async writeOne(path: string, data: WriteData, opts: { mode?: number }): Promise<WriteInfo> {
-    const fw = new FieldWriter().str('path', path).u32('mode', opts.mode ?? 0o644);
+  /** Watches a directory: onEvent gets create, write, remove, rename and chmod events (names
+   *  relative to path), and `overflow` when events were lost. The watch survives a reconnect.
+   *  Stops after opts.timeoutMs (default 60 s, as E2B; 0 = never) or handle.stop(). */
+  async watchDir(
+    path: string,
+    onEvent: (event: FilesystemEvent) => void | Promise<void>,
+    opts: FileOpts & WatchOpts = {},
+  ): Promise<WatchHandle> {
+    checkPath('path', path);
+    if (typeof onEvent !== 'function') fail('onEvent', 'a function', onEvent);
+    checkFileOpts(opts, ['recursive', 'timeoutMs', 'onExit']);
+    checkInt('opts.timeoutMs', opts.timeoutMs, 0, 2 ** 31 - 1);
+    if (opts.recursive !== undefined && typeof opts.recursive !== 'boolean') fail('opts.recursive', 'a boolean', opts.recursive);
+    if (opts.onExit !== undefined && typeof opts.onExit !== 'function') fail('opts.onExit', 'a function', opts.onExit);
+    const client = this.client();
+    client.requireFeature('watch');
+    const fw = this.target(new FieldWriter().str('path', path).bool('recursive', opts.recursive ?? false), opts);
+    const handle = new WatchHandle(client, fw, path, onEvent, opts);
+    return watchStarted(handle, opts.requestTimeoutMs, path);
+  }
+
+  private async stat(path: string, opts: FileOpts, follow: boolean): Promise<EntryInfo> {
+    const fw = this.target(new FieldWriter().str('path', path), opts);
+    // An agent before the `users` feature stats the link itself (it skips the unknown field).
+    if (follow && this.client().supports('users')) fw.bool('follow', true);
+    const answer = await this.client().call(FrameType.FILE_STAT, fw, callOpts(opts));
+    const entry = answer.nested('entry')[0];
+    if (!entry) throw new TorporError('PROTOCOL_ERROR', `FILE_STAT answer for ${path} has no entry`);
+    return toEntry(entry, posix.dirname(path), path);
+  }
+
+  /** Adds the `user` field (the agent resolves relative paths and ownership with it). */
+  private target(fw: FieldWriter, opts: FileOpts): FieldWriter {
+    if (opts.user === undefined) return fw;
+    this.client().requireFeature('users');
+    return fw.str('user', opts.user);
+  }
+
+  private async writeOne(path: string, data: WriteData, opts: WriteOpts): Promise<WriteInfo> {
+    // No mode: a new file gets 0644, an existing one keeps its mode and owner (the agent's rule).
+    const fw = this.target(new FieldWriter().str('path', path), opts);
+    if (opts.mode !== undefined) fw.u32('mode', opts.mode);
     let done!: (f: Fields) => void;
     let failed!: (e: TorporError) => void;
     const answer = new Promise<Fields>((res, rej) => {
@@ -167,15 +253,38 @@ export class Files {
         failed(err);
       },
     });
-    try {
-      await sendAll(stream, data);
-    } catch (err) {
+    await withTimeout(opts, `write ${path}`, () => {
       if (!stream.done) stream.cancel();
-      throw agentError ?? err;
-    }
-    await answer;
+    }, async () => {
+      try {
+        await sendAll(stream, data);
+      } catch (err) {
+        if (!stream.done) stream.cancel();
+        throw agentError ?? err;
+      }
+      await answer;
+    });
     return { name: posix.basename(path), type: 'file', path };
   }
+}
+
+export interface WriteOpts extends FileOpts {
+  /** Permission bits of the file (default: 0o644 for a new file; an existing file keeps its
+   *  mode and owner, as an in-place write would). */
+  mode?: number;
+}
+
+/** Runs `work`, failing with TIMEOUT (after `abandon`) when opts.requestTimeoutMs passes first. */
+function withTimeout<T>(opts: FileOpts, what: string, abandon: () => void, work: () => Promise<T>): Promise<T> {
+  return withinMs(work(), opts.requestTimeoutMs, what, abandon);
+}
+
+function checkFileOpts(opts: unknown, more: readonly string[] = []): void {
+  checkObject('opts', opts);
+  const o = (opts ?? {}) as FileOpts;
+  checkKnownKeys('opts', o, [...FILE_KEYS, ...more]);
+  checkString('opts.user', o.user, { nonEmpty: true });
+  checkRequestTimeout(o);
 }
 
 async function sendAll(stream: RequestStream, data: WriteData): Promise<void> {
@@ -202,9 +311,10 @@ class FileReader {
   private ended = false;
   private error: TorporError | undefined;
   private wake: (() => void) | null = null;
-  private readonly stream: RequestStream;
 
-  constructor(client: AgentClient, readonly path: string) {
+  readonly stream: RequestStream;
+
+  constructor(client: AgentClient, readonly path: string, request: FieldWriter) {
     let opened!: (size: number) => void;
     let openFailed!: (e: TorporError) => void;
     this.opened = new Promise((res, rej) => {
@@ -212,7 +322,7 @@ class FileReader {
       openFailed = rej;
     });
     this.opened.catch(() => undefined);
-    this.stream = client.open(FrameType.FILE_READ, new FieldWriter().str('path', path), {
+    this.stream = client.open(FrameType.FILE_READ, request, {
       onFrame: (type, flags, fields) => {
         if (type === FrameType.OK) opened(fields.u64n('size') ?? 0);
         else if (type === FrameType.DATA) {
@@ -284,25 +394,49 @@ function toEntry(e: Fields, parent: string, exactPath?: string): EntryInfo {
   const path = exactPath ?? e.str('path') ?? parent;
   const type = (e.str('type') ?? 'other') as FileType;
   const mtimeNs = e.i64('mtime_ns') ?? 0n;
+  const kind: FileType = type === 'file' || type === 'dir' || type === 'symlink' ? type : 'other';
+  let mode = e.u32('mode') ?? 0;
+  // An agent before the `users` feature sent the permission bits only: add the type's.
+  if ((mode & 0o170000) === 0) mode |= TYPE_BITS[kind];
+  const uid = e.u32('uid_out') ?? 0;
+  const gid = e.u32('gid_out') ?? 0;
   const entry: EntryInfo = {
     name: posix.basename(path),
-    type: type === 'file' || type === 'dir' || type === 'symlink' ? type : 'other',
+    type: kind,
     path,
     size: e.u64n('size') ?? 0,
-    mode: e.u32('mode') ?? 0,
+    mode,
+    permissions: permissionString(mode),
+    owner: e.str('owner') ?? String(uid),
+    group: e.str('group') ?? String(gid),
+    uid,
+    gid,
     modifiedTime: new Date(Number(mtimeNs / 1_000_000n)),
   };
   const target = e.str('target');
   if (target !== undefined) entry.symlinkTarget = target;
-  const owner = e.u32('uid_out');
-  if (owner !== undefined) entry.owner = owner;
   return entry;
 }
 
+const TYPE_BITS: Record<FileType, number> = { file: 0o100000, dir: 0o040000, symlink: 0o120000, other: 0 };
+
+/** 'rwxr-xr-x' of a mode, with setuid/setgid/sticky as ls shows them (s/S, t/T). */
+export function permissionString(mode: number): string {
+  const out: string[] = [];
+  const special = [0o4000, 0o2000, 0o1000];
+  for (let who = 0; who < 3; who++) {
+    const bits = (mode >> (6 - who * 3)) & 7;
+    out.push(bits & 4 ? 'r' : '-', bits & 2 ? 'w' : '-');
+    const x = (bits & 1) !== 0;
+    if (mode & special[who]!) out.push(who === 2 ? (x ? 't' : 'T') : x ? 's' : 'S');
+    else out.push(x ? 'x' : '-');
+  }
+  return out.join('');
+}
+
 function checkWriteOpts(opts: unknown): void {
-  checkObject('opts', opts);
-  checkKnownKeys('opts', opts as object, ['mode']);
-  checkInt('opts.mode', (opts as { mode?: number }).mode, 0, 0o7777);
+  checkFileOpts(opts, ['mode']);
+  checkInt('opts.mode', (opts as { mode?: number } | undefined)?.mode, 0, 0o7777);
 }
 
 function checkData(what: string, data: unknown): void {

@@ -4,7 +4,18 @@ import { FieldWriter } from '../agent/fields.js';
 import { FrameType } from '../agent/protocol.js';
 import type { CommandHandle, CommandResult } from './command-handle.js';
 import type { Commands } from './commands.js';
-import { checkEnvs, checkFunction, checkInt, checkKnownKeys, checkObject, checkString, fail } from './validate.js';
+import {
+  callOpts,
+  checkEnvs,
+  checkFunction,
+  checkInt,
+  checkKnownKeys,
+  checkObject,
+  checkRequestTimeout,
+  checkString,
+  fail,
+  type RequestOpts,
+} from './validate.js';
 
 export interface PtySize {
   cols: number;
@@ -16,11 +27,15 @@ export interface PtyCreateOpts extends PtySize {
   onData: (data: Uint8Array) => void;
   /** Program to run; default an interactive login bash. */
   cmd?: string[];
+  /** Default: the user's home. */
   cwd?: string;
+  /** Default: the agent's default user (`user` in torpor's image, as E2B). */
   user?: string;
   envs?: Record<string, string>;
   /** Kill after this long; default none. */
   timeoutMs?: number;
+  /** How long to wait for the agent to start it (default: no limit). */
+  requestTimeoutMs?: number;
 }
 
 export interface PtyHandle {
@@ -34,7 +49,7 @@ export interface PtyHandle {
   disconnect(): Promise<void>;
 }
 
-const KEYS = ['cols', 'rows', 'onData', 'cmd', 'cwd', 'user', 'envs', 'timeoutMs'] as const;
+const KEYS = ['cols', 'rows', 'onData', 'cmd', 'cwd', 'user', 'envs', 'timeoutMs', 'requestTimeoutMs'] as const;
 
 export class Pty {
   /** @internal */
@@ -54,6 +69,7 @@ export class Pty {
     checkString('opts.user', opts.user, { nonEmpty: true });
     checkEnvs('opts.envs', opts.envs);
     checkInt('opts.timeoutMs', opts.timeoutMs, 0, 0xffffffff);
+    checkRequestTimeout(opts);
     if (opts.cmd !== undefined && (!Array.isArray(opts.cmd) || opts.cmd.length === 0)) fail('opts.cmd', 'a non-empty argv array', opts.cmd);
     opts.cmd?.forEach((a, i) => checkString(`opts.cmd[${i}]`, a));
     this.client().requireFeature('pty');
@@ -72,6 +88,7 @@ export class Pty {
       },
       {
         throwOnError: false,
+        ...(opts.requestTimeoutMs ? { requestTimeoutMs: opts.requestTimeoutMs } : {}),
         raw: (data) => {
           try {
             onData(new Uint8Array(data.buffer, data.byteOffset, data.length));
@@ -93,20 +110,23 @@ export class Pty {
     };
   }
 
-  sendInput(pid: number, data: string | Uint8Array): Promise<void> {
-    return this.commands.sendStdin(pid, data);
+  sendInput(pid: number, data: string | Uint8Array, opts: RequestOpts = {}): Promise<void> {
+    return this.commands.sendStdin(pid, data, opts);
   }
 
-  async resize(pid: number, size: PtySize): Promise<void> {
+  async resize(pid: number, size: PtySize, opts: RequestOpts = {}): Promise<void> {
     checkInt('pid', pid, 1, 0xffffffff);
     checkObject('size', size);
     checkSize(size);
+    checkObject('opts', opts);
+    checkKnownKeys('opts', opts, ['requestTimeoutMs']);
+    checkRequestTimeout(opts);
     const fw = new FieldWriter().u32('pid', pid).u32('pty_rows', size.rows).u32('pty_cols', size.cols);
-    await this.client().call(FrameType.PTY_RESIZE, fw);
+    await this.client().call(FrameType.PTY_RESIZE, fw, callOpts(opts));
   }
 
-  kill(pid: number): Promise<boolean> {
-    return this.commands.kill(pid);
+  kill(pid: number, opts: RequestOpts = {}): Promise<boolean> {
+    return this.commands.kill(pid, opts);
   }
 }
 

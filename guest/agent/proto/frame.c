@@ -46,7 +46,7 @@ int tp_header_decode(const uint8_t *buf, size_t avail, struct tp_header *out) {
   out->stream = tp_get32(buf + 4);
   out->type = tp_get16(buf + 8);
   out->flags = tp_get16(buf + 10);
-  if (out->length > TP_MAX_PAYLOAD) return TP_E_TOO_LARGE;
+  if (out->length > (out->type == TP_EXEC ? TP_MAX_EXEC_PAYLOAD : TP_MAX_PAYLOAD)) return TP_E_TOO_LARGE;
   if (out->flags & ~TP_FLAGS_KNOWN) return TP_E_BAD_FLAGS;
   return TP_OK_;
 }
@@ -72,20 +72,24 @@ static struct tag_rule rule_of(uint16_t tag) {
   switch (tag) {
     case TP_T_VERSION: case TP_T_CREDIT: case TP_T_UID: case TP_T_GID: case TP_T_TIMEOUT_MS:
     case TP_T_PTY_ROWS: case TP_T_PTY_COLS: case TP_T_PID: case TP_T_SIGNAL: case TP_T_EXIT_CODE:
-    case TP_T_MODE: case TP_T_DEPTH: case TP_T_UID_OUT:
+    case TP_T_MODE: case TP_T_DEPTH: case TP_T_UID_OUT: case TP_T_GID_OUT: case TP_T_WATCH_ID:
       r.exact = 4;
       break;
     case TP_T_FEATURES: case TP_T_REQUEST_ID: case TP_T_OFFSET: case TP_T_OFFSET2: case TP_T_SIZE:
-    case TP_T_MTIME_NS: case TP_T_TIME_NS: case TP_T_STDOUT_START: case TP_T_STDERR_START:
+    case TP_T_MTIME_NS: case TP_T_TIME_NS: case TP_T_STDOUT_START: case TP_T_STDERR_START: case TP_T_SEQ:
+    case TP_T_DROPPED:
       r.exact = 8;
       break;
     case TP_T_RECURSIVE: case TP_T_RUNNING: case TP_T_REBOOT: case TP_T_STDIN: case TP_T_TIMED_OUT:
-    case TP_T_PENDING:
+    case TP_T_PENDING: case TP_T_FOLLOW:
       r.exact = 1;
       break;
-    case TP_T_NAME: case TP_T_CODE: case TP_T_ERRNO: case TP_T_MESSAGE: case TP_T_ARG:
-    case TP_T_SHELL: case TP_T_ENV: case TP_T_USER: case TP_T_TYPE:
+    case TP_T_NAME: case TP_T_CODE: case TP_T_ERRNO: case TP_T_MESSAGE: case TP_T_USER: case TP_T_TYPE:
+    case TP_T_OWNER: case TP_T_GROUP: case TP_T_EVENT:
       r.max = TP_MAX_STR;
+      break;
+    case TP_T_ARG: case TP_T_SHELL: case TP_T_ENV:
+      r.max = TP_MAX_ARG;
       break;
     case TP_T_PATH: case TP_T_PATH2: case TP_T_TARGET:
       r.max = TP_MAX_PATH;

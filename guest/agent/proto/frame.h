@@ -16,8 +16,15 @@
 #define TP_FIELD_HEADER_SIZE 6u
 #define TP_MAX_PAYLOAD (1024u * 1024u)
 #define TP_MAX_FRAME (TP_FRAME_HEADER_SIZE + TP_MAX_PAYLOAD)
+/* An EXEC request may be larger: its argv and env, like Linux's (about 2 MiB in all with the
+ * default 8 MiB stack), plus the field headers. Only a client that saw the `users` feature
+ * sends one over TP_MAX_PAYLOAD. */
+#define TP_MAX_EXEC_PAYLOAD (2560u * 1024u)
 #define TP_MAX_DATA (TP_MAX_PAYLOAD - 64u)
 #define TP_MAX_STR (64u * 1024u)
+/* An exec string (argv element, shell, env entry): Linux's MAX_ARG_STRLEN (128 KiB with
+ * its terminating NUL). */
+#define TP_MAX_ARG (128u * 1024u - 1u)
 #define TP_MAX_PATH 4096u
 #define TP_MAX_NONCE 64u
 #define TP_MAX_TAG_LABEL 256u
@@ -35,6 +42,8 @@
 #define TP_FEATURE_ATTACH (1ull << 3)
 #define TP_FEATURE_RESUMED (1ull << 4)
 #define TP_FEATURE_REQUEST_IDS (1ull << 5)
+#define TP_FEATURE_USERS (1ull << 6)
+#define TP_FEATURE_WATCH (1ull << 7)
 
 enum tp_frame_type {
   TP_HELLO = 1,
@@ -56,6 +65,7 @@ enum tp_frame_type {
   TP_MKDIR = 36,
   TP_REMOVE = 37,
   TP_RENAME = 38,
+  TP_WATCH = 39,
   TP_SYNC = 48,
   TP_POWEROFF = 49,
   TP_RESUMED = 50,
@@ -66,7 +76,8 @@ enum tp_frame_type {
   TP_STDERR = 67,
   TP_EXITED = 68,
   TP_DATA = 69,
-  TP_ERR = 70
+  TP_ERR = 70,
+  TP_EVENT = 71
 };
 
 enum tp_tag {
@@ -114,7 +125,15 @@ enum tp_tag {
   TP_T_UID_OUT = 42,
   TP_T_PENDING = 43,
   TP_T_STDOUT_START = 44,
-  TP_T_STDERR_START = 45
+  TP_T_STDERR_START = 45,
+  TP_T_GID_OUT = 46,
+  TP_T_OWNER = 47,
+  TP_T_GROUP = 48,
+  TP_T_FOLLOW = 49,
+  TP_T_EVENT = 50,
+  TP_T_SEQ = 51,
+  TP_T_WATCH_ID = 52,
+  TP_T_DROPPED = 53
 };
 
 /* Results of the decoders. Negative values are protocol errors: the connection closes. */

@@ -9,12 +9,14 @@
 
 static const char usage[] =
     "usage: torpor-agent [--listen ADDR] [--init] [--subreaper] [--hostname NAME]\n"
-    "                    [--console PATH] [--quiet] [--help] [--version]\n"
+    "                    [--console PATH] [--user NAME] [--quiet] [--help] [--version]\n"
     "  --listen unix:/path | vsock:PORT   where to serve the protocol (default vsock:1024)\n"
     "  --init          do the init duties even when not PID 1\n"
     "  --subreaper     reap orphaned descendants (prctl PR_SET_CHILD_SUBREAPER)\n"
     "  --hostname NAME hostname set by the init duties (default torpor)\n"
     "  --console PATH  where the readiness line goes ('-' = stdout)\n"
+    "  --user NAME     default user of commands and file requests (as PID 1: 'user' when\n"
+    "                  the image has that account; otherwise the agent's own)\n"
     "  --quiet         log errors only\n";
 
 static enum args_result bad(const char *what, const char *arg) {
@@ -55,12 +57,16 @@ enum args_result args_parse(int argc, char **argv, struct agent_options *o) {
     const char *a = argv[i];
     /* The kernel passes its unknown command-line words to init as arguments; as PID 1
      * those are not ours to refuse. */
-    const int takes_value = !strcmp(a, "--listen") || !strcmp(a, "--hostname") || !strcmp(a, "--console");
+    const int takes_value = !strcmp(a, "--listen") || !strcmp(a, "--hostname") || !strcmp(a, "--console") ||
+                            !strcmp(a, "--user");
     if (takes_value) {
       if (i + 1 >= argc) return bad("option needs a value", a);
       const char *v = argv[++i];
       if (!strcmp(a, "--listen")) {
         if (parse_listen(v, o) != 0) return bad("bad --listen address (unix:/path or vsock:PORT)", v);
+      } else if (!strcmp(a, "--user")) {
+        if (!*v || strlen(v) > 255) return bad("bad --user", v);
+        o->user = v;
       } else if (!strcmp(a, "--hostname")) {
         if (!*v || strlen(v) > 64) return bad("bad --hostname", v);
         o->hostname = v;

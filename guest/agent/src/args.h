@@ -15,6 +15,7 @@ struct agent_options {
   const char *hostname;
   const char *console; /* "-" = stdout */
   int quiet;
+  const char *user; /* default user of requests; NULL: the agent's own (see users.h) */
 };
 
 enum args_result { ARGS_OK, ARGS_EXIT_OK, ARGS_USAGE };

@@ -249,7 +249,7 @@ static void process_input(struct conn *c) {
     int rc = tp_header_decode(c->in + pos, c->in_len - pos, &h);
     if (rc == TP_NEED_MORE) break;
     if (rc != TP_OK_) {
-      conn_goaway(c, CODE_PROTOCOL_ERROR, rc == TP_E_TOO_LARGE ? "frame length above 1 MiB" : "unknown flag bits");
+      conn_goaway(c, CODE_PROTOCOL_ERROR, rc == TP_E_TOO_LARGE ? "frame length above 1 MiB (2.5 MiB for EXEC)" : "unknown flag bits");
       return;
     }
     size_t total = TP_FRAME_HEADER_SIZE + (size_t)h.length;

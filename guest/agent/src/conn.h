@@ -32,6 +32,7 @@ struct stream {
   uint64_t request_id;
   int has_request_id;
   int remember;           /* the request-id memory waits for this stream's answer */
+  int cancelled;          /* closed by the client's CANCEL (not by a lost connection) */
   void *state;            /* owned by the handler; released by on_close */
   /* Another frame of the client on this open stream (DATA of a FILE_WRITE). */
   void (*on_frame)(struct stream *s, const struct frame *f);

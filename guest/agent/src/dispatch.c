@@ -9,6 +9,7 @@
 #include "handlers.h"
 #include "log.h"
 #include "reqid.h"
+#include "watch.h"
 
 static int init_mode;
 
@@ -40,6 +41,7 @@ static handler_fn handler_for(uint16_t type) {
     case TP_MKDIR: return handle_mkdir;
     case TP_REMOVE: return handle_remove;
     case TP_RENAME: return handle_rename;
+    case TP_WATCH: return handle_watch;
     case TP_SYNC: return handle_sync;
     case TP_POWEROFF: return handle_poweroff;
     case TP_RESUMED: return handle_resumed;
@@ -56,7 +58,7 @@ static void send_hello(struct conn *c) {
   tp_put_u32(&w, TP_T_VERSION, TP_PROTOCOL_VERSION);
   tp_put_u64(&w, TP_T_FEATURES,
              TP_FEATURE_EXEC | TP_FEATURE_PTY | TP_FEATURE_FILES | TP_FEATURE_ATTACH | TP_FEATURE_RESUMED |
-                 TP_FEATURE_REQUEST_IDS);
+                 TP_FEATURE_REQUEST_IDS | TP_FEATURE_USERS | TP_FEATURE_WATCH);
   tp_put_str(&w, TP_T_NAME, name);
   tp_put_i64(&w, TP_T_TIME_NS, wall_ns());
   frame_end(c, &w);
@@ -225,6 +227,7 @@ void dispatch_frame(struct conn *c, const struct frame *f) {
       return;
     }
     case TP_CANCEL:
+      s->cancelled = 1;
       stream_close(s);
       return;
     default:

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "errors.h"
@@ -12,6 +13,7 @@
 #include "proc.h"
 #include "pty.h"
 #include "reqid.h"
+#include "users.h"
 
 extern char **environ;
 
@@ -201,13 +203,19 @@ void handle_exec(struct stream *s, const struct frame *f) {
   memset(&sp, 0, sizeof sp);
   struct strv owned_env = {0};
   char buf[4200];
-  if (q.user || q.has_uid) {
-    struct passwd *pw = q.user ? getpwnam(q.user) : getpwuid(q.uid);
-    if (q.user && !pw) {
-      answer_error(s, CODE_INVALID_ARGUMENT, 0, "unknown user (not in /etc/passwd)");
+  /* Neither user nor uid asked: the default user (users.h), when the agent has one. */
+  const char *by_name = q.user ? q.user : q.has_uid ? NULL : users_default();
+  const char *home = NULL;
+  if (by_name || q.has_uid) {
+    struct passwd *pw = by_name ? getpwnam(by_name) : getpwuid(q.uid);
+    if (by_name && !pw) {
+      snprintf(buf, sizeof buf, "unknown user %s (not in /etc/passwd)", by_name);
+      answer_error(s, CODE_INVALID_ARGUMENT, 0, buf);
       exec_req_free(&q);
       return;
     }
+    struct stat st;
+    if (pw && pw->pw_dir && stat(pw->pw_dir, &st) == 0 && S_ISDIR(st.st_mode)) home = strdup(pw->pw_dir);
     sp.uid = pw ? pw->pw_uid : q.uid;
     /* No passwd entry for a bare uid: its group is the same number, and no others. */
     sp.gid = q.has_gid ? q.gid : pw ? pw->pw_gid : q.uid;
@@ -222,6 +230,7 @@ void handle_exec(struct stream *s, const struct frame *f) {
         if (e && strv_push(&owned_env, e) != 0) free(e);
       }
       if (!sp.user_name) {
+        free((char *)home);
         answer_error(s, CODE_REQUEST_FAILED, ENOMEM, "out of memory");
         strv_free(&owned_env);
         exec_req_free(&q);
@@ -246,6 +255,12 @@ void handle_exec(struct stream *s, const struct frame *f) {
     sp.argv = q.args.v;
   }
   sp.envp = build_env(q.env.v, &owned_env, q.has_pty);
+  /* No cwd asked: the user's home (as E2B), else the agent's own working directory. */
+  if (!(q.cwd && *q.cwd) && home) {
+    free(q.cwd);
+    q.cwd = (char *)home; /* PROC_LIST shows where it runs */
+    home = NULL;
+  }
   sp.cwd = q.cwd && *q.cwd ? q.cwd : NULL;
   sp.pty = q.has_pty;
   sp.rows = q.rows;
@@ -255,6 +270,7 @@ void handle_exec(struct stream *s, const struct frame *f) {
   int rc = sp.envp ? spawn_process(&sp, &res) : (res.err = ENOMEM, res.stage = "env", -1);
   free(sp.envp);
   free((char *)sp.user_name);
+  free((char *)home);
   strv_free(&owned_env);
   if (rc != 0) {
     char msg[256];
@@ -369,17 +385,36 @@ void handle_pty_resize(struct stream *s, const struct frame *f) {
   answer_ok(s);
 }
 
-static size_t strv_field_bytes(char **v) {
-  size_t n = 0;
-  for (; v && *v; v++) n += TP_FIELD_HEADER_SIZE + strlen(*v);
-  return n;
+/* A process's argv, shell and env in a listing: at most this many bytes of them per entry
+ * (a command may carry about 2 MiB of them; a listing is one frame). Past it the rest of
+ * the strings are left out of that entry. */
+#define LIST_ENTRY_STRINGS_MAX (64u * 1024u)
+
+/* Puts (w non-NULL) or measures the entry's argv, shell and env fields within the budget. */
+static size_t entry_strings(struct tp_writer *w, const struct proc *p) {
+  size_t used = 0;
+  int full = 0;
+  char *shell_only[2] = {p->shell, NULL};
+  char **lists[3] = {p->argv, shell_only, p->env};
+  const uint16_t tags[3] = {TP_T_ARG, TP_T_SHELL, TP_T_ENV};
+  for (int i = 0; i < 3 && !full; i++) {
+    for (char **a = lists[i]; a && *a; a++) {
+      size_t n = TP_FIELD_HEADER_SIZE + strlen(*a);
+      if (used + n > LIST_ENTRY_STRINGS_MAX) {
+        full = 1;
+        break;
+      }
+      used += n;
+      if (w) tp_put_str(w, tags[i], *a);
+    }
+  }
+  return used;
 }
 
 static size_t entry_bytes(const struct proc *p) {
   size_t n = TP_FIELD_HEADER_SIZE;                                 /* entry */
   n += 4 * (TP_FIELD_HEADER_SIZE + 4) + TP_FIELD_HEADER_SIZE + 1; /* pid, exit_code, ..., running */
-  n += strv_field_bytes(p->argv) + strv_field_bytes(p->env);
-  n += TP_FIELD_HEADER_SIZE + (p->shell ? strlen(p->shell) : 0);
+  n += entry_strings(NULL, p);
   n += TP_FIELD_HEADER_SIZE + (p->cwd ? strlen(p->cwd) : 0);
   n += TP_FIELD_HEADER_SIZE + (p->tag ? strlen(p->tag) : 0);
   return n;
@@ -403,13 +438,11 @@ void handle_proc_list(struct stream *s, const struct frame *f) {
     used += e;
     size_t mark = tp_put_begin(&w, TP_T_ENTRY);
     tp_put_u32(&w, TP_T_PID, (uint32_t)p->pid);
-    for (char **a = p->argv; a && *a; a++) tp_put_str(&w, TP_T_ARG, *a);
-    if (p->shell) tp_put_str(&w, TP_T_SHELL, p->shell);
+    entry_strings(&w, p);
     tp_put_str(&w, TP_T_PATH, p->cwd ? p->cwd : "");
     tp_put_str(&w, TP_T_TAG, p->tag ? p->tag : "");
     tp_put_bool(&w, TP_T_RUNNING, !p->finished);
     if (p->finished) tp_put_i32(&w, TP_T_EXIT_CODE, proc_exit_code(p));
-    for (char **e2 = p->env; e2 && *e2; e2++) tp_put_str(&w, TP_T_ENV, *e2);
     tp_put_end(&w, mark);
   }
   answer_end(s, &w);

@@ -11,29 +11,58 @@
 
 #include "errors.h"
 #include "handlers.h"
+#include "users.h"
 
 #define READ_CHUNK (128u * 1024u)
 #define LIST_MAX_DEPTH 16u
 #define REMOVE_MAX_DEPTH 256
 
-/* The request's path (and path2), checked: 0, or -1 after answering. */
-static int request_paths(struct stream *s, const struct frame *f, char **path, char **path2) {
+/* Makes *p absolute against the user's home when it is relative (users.h): 0 or -1. */
+static int resolve_path(const struct user_ctx *u, char **p) {
+  if (!*p || (*p)[0] == '/') return 0;
+  char *abs = users_path(u, *p);
+  if (!abs) return -1;
+  free(*p);
+  *p = abs;
+  return 0;
+}
+
+/* The request's user (`user`, else the default), path (and path2), checked; relative
+ * paths resolved against the user's home. 0, or -1 after answering. */
+static int request_paths(struct stream *s, const struct frame *f, char **path, char **path2, struct user_ctx *u) {
   struct tp_reader r;
   struct tp_field fl;
+  char *user = NULL;
+  int bad = 0;
   tp_reader_init(&r, f->payload, f->h.length);
-  while (tp_reader_next(&r, &fl) == TP_OK_) {
-    int bad = 0;
+  while (tp_reader_next(&r, &fl) == TP_OK_ && !bad) {
     if (fl.tag == TP_T_PATH) bad = field_cstr(&fl, path) != 0;
     if (fl.tag == TP_T_PATH2 && path2) bad = field_cstr(&fl, path2) != 0;
-    if (bad) {
-      answer_error(s, CODE_INVALID_ARGUMENT, 0, "path holds a NUL byte");
-      return -1;
-    }
+    if (fl.tag == TP_T_USER) bad = field_cstr(&fl, &user) != 0;
+  }
+  if (bad) {
+    free(user);
+    answer_error(s, CODE_INVALID_ARGUMENT, 0, "path or user holds a NUL byte");
+    return -1;
   }
   if (!*path || !**path || (path2 && (!*path2 || !**path2))) {
+    free(user);
     answer_error(s, CODE_INVALID_ARGUMENT, 0, path2 ? "path and path2 are required" : "path is required");
     return -1;
   }
+  if (users_resolve(user, u) != 0) {
+    char msg[400];
+    snprintf(msg, sizeof msg, "unknown user %.256s (not in /etc/passwd)", user ? user : users_default());
+    free(user);
+    answer_error(s, CODE_INVALID_ARGUMENT, 0, msg);
+    return -1;
+  }
+  free(user);
+  if (resolve_path(u, path) != 0 || (path2 && resolve_path(u, path2) != 0)) {
+    answer_error(s, CODE_REQUEST_FAILED, ENOMEM, "out of memory");
+    return -1;
+  }
+  users_cache_reset();
   return 0;
 }
 
@@ -73,7 +102,7 @@ static const char *type_name(mode_t m) {
 }
 
 /* Upper bound of one entry's bytes. */
-#define ENTRY_MAX (TP_FIELD_HEADER_SIZE + 2 * (TP_FIELD_HEADER_SIZE + TP_MAX_PATH) + 200)
+#define ENTRY_MAX (TP_FIELD_HEADER_SIZE + 2 * (TP_FIELD_HEADER_SIZE + TP_MAX_PATH) + 2 * (TP_FIELD_HEADER_SIZE + 256) + 200)
 
 /* Writes one entry field for path (lstat'ed as st; dirfd/name to read a link target). */
 static void put_entry(struct tp_writer *w, const char *path, const struct stat *st, int dirfd, const char *name) {
@@ -81,7 +110,7 @@ static void put_entry(struct tp_writer *w, const char *path, const struct stat *
   tp_put_str(w, TP_T_PATH, path);
   tp_put_str(w, TP_T_TYPE, type_name(st->st_mode));
   tp_put_u64(w, TP_T_SIZE, (uint64_t)st->st_size);
-  tp_put_u32(w, TP_T_MODE, (uint32_t)(st->st_mode & 07777));
+  tp_put_u32(w, TP_T_MODE, (uint32_t)(st->st_mode & 0177777)); /* type and permission bits, as st_mode */
   tp_put_i64(w, TP_T_MTIME_NS, (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec);
   if (S_ISLNK(st->st_mode)) {
     char target[TP_MAX_PATH];
@@ -89,6 +118,10 @@ static void put_entry(struct tp_writer *w, const char *path, const struct stat *
     if (n >= 0) tp_put_bytes(w, TP_T_TARGET, target, (size_t)n);
   }
   tp_put_u32(w, TP_T_UID_OUT, (uint32_t)st->st_uid);
+  tp_put_u32(w, TP_T_GID_OUT, (uint32_t)st->st_gid);
+  const char *owner = users_uid_name(st->st_uid), *group = users_gid_name(st->st_gid);
+  if (owner) tp_put_str(w, TP_T_OWNER, owner);
+  if (group) tp_put_str(w, TP_T_GROUP, group);
   tp_put_end(w, mark);
 }
 
@@ -155,7 +188,8 @@ static void list_dir(struct lister *l, int dfd, const char *dirpath, unsigned de
 
 void handle_file_list(struct stream *s, const struct frame *f) {
   char *path = NULL;
-  if (request_paths(s, f, &path, NULL) != 0) goto out;
+  struct user_ctx u;
+  if (request_paths(s, f, &path, NULL, &u) != 0) goto out;
   uint32_t depth = 1;
   u32_field(f, TP_T_DEPTH, &depth);
   if (depth == 0) depth = 1;
@@ -191,8 +225,10 @@ out:
 void handle_file_stat(struct stream *s, const struct frame *f) {
   char *path = NULL;
   struct stat st;
-  if (request_paths(s, f, &path, NULL) != 0) goto out;
-  if (lstat(path, &st) != 0) {
+  struct user_ctx u;
+  if (request_paths(s, f, &path, NULL, &u) != 0) goto out;
+  /* `follow`: the final symlink's target (what exists() asks); else the link itself. */
+  if ((bool_field(f, TP_T_FOLLOW) ? stat(path, &st) : lstat(path, &st)) != 0) {
     answer_path_errno(s, errno, "stat", path);
     goto out;
   }
@@ -206,23 +242,28 @@ out:
 
 /* ---- MKDIR, REMOVE, RENAME ---- */
 
-static int mkdir_one(const char *path, mode_t mode, int exist_ok) {
-  if (mkdir(path, mode) == 0) return chmod(path, mode); /* the exact mode, whatever the umask */
+/* Creates one directory, owned by u (when set). With exist_ok an existing directory is
+ * fine, but an existing non-directory fails with ENOTDIR: "exists and is not a directory". */
+static int mkdir_one(const char *path, mode_t mode, int exist_ok, const struct user_ctx *u) {
+  if (mkdir(path, mode) == 0) {
+    users_chown_path(u, path);
+    return chmod(path, mode); /* the exact mode, whatever the umask */
+  }
   if (errno == EEXIST && exist_ok) {
     struct stat st;
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) return 0;
-    errno = EEXIST;
+    errno = ENOTDIR;
   }
   return -1;
 }
 
-/* mkdir -p of every ancestor of path (0755; existing directories are fine): 0, or -1 with
- * errno. path is restored before returning. */
-static int mkdir_ancestors(char *path) {
+/* mkdir -p of every ancestor of path (0755, owned by u; existing directories are fine):
+ * 0, or -1 with errno. path is restored before returning. */
+static int mkdir_ancestors(char *path, const struct user_ctx *u) {
   for (char *p = path + 1; *p; p++) {
     if (*p != '/') continue;
     *p = 0;
-    int rc = mkdir_one(path, 0755, 1);
+    int rc = mkdir_one(path, 0755, 1, u);
     int e = errno;
     *p = '/';
     if (rc != 0) {
@@ -235,17 +276,21 @@ static int mkdir_ancestors(char *path) {
 
 void handle_mkdir(struct stream *s, const struct frame *f) {
   char *path = NULL;
-  if (request_paths(s, f, &path, NULL) != 0) goto out;
+  struct user_ctx u;
+  if (request_paths(s, f, &path, NULL, &u) != 0) goto out;
   uint32_t mode = 0755;
   u32_field(f, TP_T_MODE, &mode);
   mode &= 07777;
   int parents = bool_field(f, TP_T_RECURSIVE);
-  if (parents && mkdir_ancestors(path) != 0) {
-    answer_path_errno(s, errno, "mkdir", path);
-    goto out;
-  }
-  if (mkdir_one(path, mode, parents) != 0) {
-    answer_path_errno(s, errno, "mkdir", path);
+  if ((parents && mkdir_ancestors(path, &u) != 0) || mkdir_one(path, mode, parents, &u) != 0) {
+    int e = errno;
+    if (e == ENOTDIR) {
+      char msg[4200];
+      snprintf(msg, sizeof msg, "mkdir %s: it, or a directory on its way, exists and is not a directory", path);
+      answer_errno(s, e, msg);
+    } else {
+      answer_path_errno(s, e, "mkdir", path);
+    }
     goto out;
   }
   answer_ok(s);
@@ -290,7 +335,8 @@ static int remove_below(int dfd, int level) {
 void handle_remove(struct stream *s, const struct frame *f) {
   char *path = NULL;
   struct stat st;
-  if (request_paths(s, f, &path, NULL) != 0) goto out;
+  struct user_ctx u;
+  if (request_paths(s, f, &path, NULL, &u) != 0) goto out;
   if (!strcmp(path, "/")) {
     answer_error(s, CODE_INVALID_ARGUMENT, 0, "refusing to remove /");
     goto out;
@@ -322,9 +368,21 @@ out:
 
 void handle_rename(struct stream *s, const struct frame *f) {
   char *path = NULL, *path2 = NULL;
-  if (request_paths(s, f, &path, &path2) != 0) goto out;
-  if (rename(path, path2) != 0) {
-    answer_path_errno(s, errno, "rename", path);
+  struct user_ctx u;
+  struct stat st;
+  if (request_paths(s, f, &path, &path2, &u) != 0) goto out;
+  if (lstat(path, &st) != 0) {
+    answer_path_errno(s, errno, "rename: source", path);
+    goto out;
+  }
+  int rc = rename(path, path2);
+  /* The source exists, so ENOENT is the destination's directory: create it (as E2B). */
+  if (rc != 0 && errno == ENOENT) rc = mkdir_ancestors(path2, &u) == 0 ? rename(path, path2) : -1;
+  if (rc != 0) {
+    int e = errno;
+    char msg[8400];
+    snprintf(msg, sizeof msg, "rename %s to %s: %s", path, path2, strerror(e));
+    answer_errno(s, e, msg);
     goto out;
   }
   answer_ok(s);
@@ -387,7 +445,8 @@ static void read_pump(struct stream *s) {
 
 void handle_file_read(struct stream *s, const struct frame *f) {
   char *path = NULL;
-  if (request_paths(s, f, &path, NULL) != 0) goto out;
+  struct user_ctx u;
+  if (request_paths(s, f, &path, NULL, &u) != 0) goto out;
   int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
   struct stat st;
   if (fd < 0 || fstat(fd, &st) != 0) {
@@ -527,12 +586,17 @@ static void write_frame(struct stream *s, const struct frame *f) {
 
 void handle_file_write(struct stream *s, const struct frame *f) {
   char *path = NULL;
-  if (request_paths(s, f, &path, NULL) != 0) {
+  struct user_ctx u;
+  if (request_paths(s, f, &path, NULL, &u) != 0) {
     free(path);
     return;
   }
   uint32_t mode = 0644;
-  u32_field(f, TP_T_MODE, &mode);
+  /* No mode asked and the file exists: the new content keeps its mode and owner, as an
+   * in-place write would (the temporary file replaces the old inode). */
+  struct stat old;
+  int replacing = lstat(path, &old) == 0 && S_ISREG(old.st_mode);
+  if (!u32_field(f, TP_T_MODE, &mode) && replacing) mode = old.st_mode & 07777;
   struct file_write *fw = calloc(1, sizeof *fw);
   size_t tlen = strlen(path) + 32;
   char *tmp = malloc(tlen);
@@ -553,7 +617,7 @@ void handle_file_write(struct stream *s, const struct frame *f) {
     fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     /* A missing directory on the way: create the parents (0755), as `mkdir -p`, once. */
     if (fd < 0 && errno == ENOENT && attempt == 0 && dirlen > 1) {
-      if (mkdir_ancestors(path) != 0) break;
+      if (mkdir_ancestors(path, &u) != 0) break;
       fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     }
     if (fd < 0 && errno != EEXIST) break;
@@ -567,6 +631,12 @@ void handle_file_write(struct stream *s, const struct frame *f) {
     free(tmp);
     free(path);
     return;
+  }
+  if (replacing && geteuid() == 0) {
+    if (fchown(fd, old.st_uid, old.st_gid) != 0) { /* best effort, as users_chown_fd */
+    }
+  } else {
+    users_chown_fd(&u, fd); /* a new file is the user's, as a file the user wrote */
   }
   fw->fd = fd;
   fw->tmp = tmp;

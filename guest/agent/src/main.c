@@ -1,6 +1,7 @@
 /* torpor-agent: PID 1 of a torpor guest and the server of docs/protocol.md.
  * Also runs as an ordinary process on the host (--listen unix:PATH) for tests. */
 #include <errno.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 #include <unistd.h>
 
 #include "args.h"
+#include "users.h"
 #include "conn.h"
 #include "dispatch.h"
 #include "init.h"
@@ -18,6 +20,7 @@
 #include "loop.h"
 #include "proc.h"
 #include "util.h"
+#include "watch.h"
 
 static struct agent_options opts;
 static struct watcher sigw;
@@ -51,12 +54,15 @@ static uint64_t next_deadline(void) {
   uint64_t d = proc_next_deadline();
   uint64_t c = conn_next_deadline();
   if (c < d) d = c;
+  uint64_t wd = watch_next_deadline();
+  if (wd < d) d = wd;
   if (!listening && listen_retry_ms < d) d = listen_retry_ms;
   return d;
 }
 
 static void on_tick(void) {
   proc_tick();
+  watch_tick();
   conn_collect();
   if (!listening && now_ms() >= listen_retry_ms) try_listen();
 }
@@ -86,6 +92,9 @@ int main(int argc, char **argv) {
   if (opts.init) init_system(&opts);
   if (opts.subreaper) init_subreaper();
   dispatch_set_init_mode(opts.is_pid1);
+  /* The image's `user` account (uid 1000) is the guest's default user, as in E2B's. */
+  if (!opts.user && opts.is_pid1 && getpwnam("user")) opts.user = "user";
+  users_set_default(opts.user);
 
   signal(SIGPIPE, SIG_IGN);
   sigset_t mask;

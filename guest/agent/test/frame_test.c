@@ -47,6 +47,15 @@ static void test_header(void) {
   h.length = 0xffffffffu;
   tp_header_encode(b, &h);
   CHECK(tp_header_decode(b, 12, &d) == TP_E_TOO_LARGE);
+  /* EXEC alone may carry Linux's argument sizes. */
+  h.type = TP_EXEC;
+  h.length = TP_MAX_EXEC_PAYLOAD;
+  tp_header_encode(b, &h);
+  CHECK(tp_header_decode(b, 12, &d) == TP_OK_);
+  h.length = TP_MAX_EXEC_PAYLOAD + 1;
+  tp_header_encode(b, &h);
+  CHECK(tp_header_decode(b, 12, &d) == TP_E_TOO_LARGE);
+  h.type = TP_PING;
   h.length = 0;
   h.flags = 4;
   tp_header_encode(b, &h);

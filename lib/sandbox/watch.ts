@@ -1,0 +1,149 @@
+// files.watchDir: a directory watched by the agent (inotify in the guest). Events arrive on one
+// request stream, numbered; after a reconnect (a resumed sandbox, a reset transport) the handle
+// reattaches to the same watch from the next number it has not seen, so nothing is missed or
+// repeated. Events the agent could not keep (a reader too slow, the kernel's queue full) arrive
+// as one `overflow` event with the count, never silently dropped.
+import { TorporError } from '../errors.js';
+import { withinMs } from './deadline.js';
+import type { AgentClient } from '../agent/client.js';
+import { FieldWriter } from '../agent/fields.js';
+import { FLAG_END, FrameType } from '../agent/protocol.js';
+import type { RequestStream } from '../agent/stream.js';
+
+/** E2B's event types, plus `overflow`: events were lost (`dropped` says how many, 0 = unknown). */
+export type FilesystemEventType = 'create' | 'write' | 'remove' | 'rename' | 'chmod' | 'overflow';
+export const FilesystemEventType = {
+  CREATE: 'create',
+  WRITE: 'write',
+  REMOVE: 'remove',
+  RENAME: 'rename',
+  CHMOD: 'chmod',
+  OVERFLOW: 'overflow',
+} as const;
+
+export interface FilesystemEvent {
+  /** Path relative to the watched directory ('' for an overflow). */
+  name: string;
+  type: FilesystemEventType;
+  /** overflow only: how many events were lost (0: the kernel did not say). */
+  dropped?: number;
+}
+
+export interface WatchOpts {
+  /** Watch the whole tree below the directory (directories created later too). */
+  recursive?: boolean;
+  /** Stop watching after this long (default 60 s, as E2B; 0 = until stop()). */
+  timeoutMs?: number;
+  /** Called once when the watch ends: stop(), timeoutMs, the directory removed (no error), or a
+   *  failure (the error). */
+  onExit?: (err?: Error) => void | Promise<void>;
+}
+
+export const DEFAULT_WATCH_TIMEOUT_MS = 60_000;
+
+export class WatchHandle {
+  private stream!: RequestStream;
+  private watchId: number | undefined;
+  private nextSeq = 1;
+  private ended = false;
+  private timer: NodeJS.Timeout | undefined;
+  /** Resolves once the agent watches (OK); rejects when it refused. */
+  readonly started: Promise<void>;
+
+  /** @internal built by Files.watchDir */
+  constructor(
+    client: AgentClient,
+    request: FieldWriter,
+    private readonly path: string,
+    private readonly onEvent: (e: FilesystemEvent) => void | Promise<void>,
+    private readonly opts: WatchOpts,
+  ) {
+    let started!: () => void;
+    let refused!: (e: Error) => void;
+    this.started = new Promise<void>((res, rej) => {
+      started = res;
+      refused = rej;
+    });
+    this.started.catch(() => undefined);
+    this.stream = client.open(FrameType.WATCH, request, {
+      onFrame: (type, flags, fields) => {
+        if (type === FrameType.OK && this.watchId === undefined) {
+          this.watchId = fields.u32('watch_id');
+          started();
+        } else if (type === FrameType.EVENT) {
+          const seq = fields.u64n('seq') ?? this.nextSeq;
+          if (seq < this.nextSeq) return; // replayed after a reattach: already delivered
+          this.nextSeq = seq + 1;
+          const event: FilesystemEvent = { name: fields.str('path') ?? '', type: (fields.str('event') ?? 'overflow') as FilesystemEventType };
+          if (event.type === 'overflow') event.dropped = fields.u64n('dropped') ?? 0;
+          this.deliver(event);
+        }
+        if (flags & FLAG_END) this.finish(); // the directory went away
+      },
+      onError: (err) => {
+        refused(err);
+        this.finish(err);
+      },
+      // After a reconnect: the same watch from the next event not yet seen.
+      reissue: () =>
+        this.watchId === undefined
+          ? { type: FrameType.WATCH, fields: request, sameRequestId: true }
+          : {
+              type: FrameType.WATCH,
+              fields: new FieldWriter().u32('watch_id', this.watchId).u64('seq', this.nextSeq),
+              sameRequestId: false,
+            },
+    });
+    const timeoutMs = opts.timeoutMs ?? DEFAULT_WATCH_TIMEOUT_MS;
+    if (timeoutMs > 0) {
+      this.timer = setTimeout(() => {
+        this.stream.cancel();
+        this.finish();
+      }, timeoutMs);
+      this.timer.unref?.();
+    }
+  }
+
+  /** Stops watching (the agent drops the watch). */
+  async stop(): Promise<void> {
+    if (this.ended) return;
+    this.stream.cancel();
+    this.finish();
+  }
+
+  private deliver(event: FilesystemEvent): void {
+    try {
+      const r = this.onEvent(event);
+      if (r && typeof (r as Promise<void>).catch === 'function') (r as Promise<void>).catch((err) => this.failed(err));
+    } catch (err) {
+      this.failed(err);
+    }
+  }
+
+  /** A throwing onEvent ends the watch, and onExit sees the error (as a throwing onStdout does). */
+  private failed(err: unknown): void {
+    if (this.ended) return;
+    this.stream.cancel();
+    this.finish(err instanceof Error ? err : new TorporError('REQUEST_FAILED', `onEvent of watchDir ${this.path} threw ${String(err)}`));
+  }
+
+  private finish(err?: Error): void {
+    if (this.ended) return;
+    this.ended = true;
+    if (this.timer) clearTimeout(this.timer);
+    const exit = this.opts.onExit;
+    if (!exit) return;
+    try {
+      const r = exit(err);
+      if (r && typeof (r as Promise<void>).catch === 'function') (r as Promise<void>).catch(() => undefined);
+    } catch {
+      // onExit is the last word: nothing is left to report its failure to.
+    }
+  }
+}
+
+/** requestTimeoutMs for the watch's start. */
+export async function watchStarted(handle: WatchHandle, ms: number | undefined, path: string): Promise<WatchHandle> {
+  await withinMs(handle.started, ms, `watchDir ${path}`, () => void handle.stop());
+  return handle;
+}
