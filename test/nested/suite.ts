@@ -10,6 +10,7 @@ import { fileURLToPath } from 'node:url';
 /** Files that boot machines through KVM. A new one belongs here (and runs on hardware hosts in npm test too). */
 export const KVM_FILES = [
   'agent-testvm',
+  'api-e2b-linux',
   'exit-stages',
   'probe',
   'sandbox-create',
@@ -17,8 +18,10 @@ export const KVM_FILES = [
   'sandbox-testvm',
   'vmm-boot',
   'vmm-devices',
+  'vmm-kernel-load',
   'vmm-lifecycle',
   'vmm-linux',
+  'vmm-snapshot',
   'vmm-testvm',
 ];
 
@@ -26,6 +29,7 @@ export const KVM_FILES = [
 export const LINUX_FILES: Record<string, number> = {
   'vmm-linux': 1,
   'sandbox-linux': 2,
+  'api-e2b-linux': 1,
 };
 
 const ANSI = /\x1b\[[0-9;]*m/g;
