@@ -29,7 +29,7 @@ test('torpor --help and an unknown command', () => {
   const help = torpor(['--help']);
   assert.is(help.status, 0);
   assert.match(help.stdout, /^usage: torpor <command>/);
-  assert.match(help.stdout, /setup \[--kernel PATH \| --own-kernel\] \[--json\] \[--verify\]/);
+  assert.match(help.stdout, /setup \[--kernel PATH \| --own-kernel\] \[--json\] \[--verify\] \[--install-deps \[--dry-run\]\]/);
   assert.match(help.stdout, /--kernel PATH/);
   const none = torpor([]);
   assert.is(none.status, 2);
@@ -221,7 +221,7 @@ testUnless('setup-cli', needsRootAnd('setpriv'), 'root')('everything that stops 
       r.stderr,
       'torpor: MISSING_TOOLS: setup cannot start on this host, for 2 reasons: ' +
         '(1) MISSING_TOOLS: torpor setup needs host tools that are not installed (for: agent, kernel, rootfs). ' +
-        `Install them with: apt-get install ${packages} ` +
+        `Install them with: apt-get install ${packages} (or: torpor setup --install-deps) ` +
         '(2) PERMISSION_DENIED: building the root filesystem needs root (mmdebstrap creates files owned by root; ' +
         'mkfs.ext4 -d copies ownership as found). Build it once as root into this TORPOR_HOME, then take it back: ' +
         `sudo env TORPOR_HOME=${home} npx torpor setup && sudo chown -R "$(id -u):$(id -g)" ${home} ` +

@@ -6,7 +6,7 @@ import { runSetup } from './setup.js';
 export const USAGE = `usage: torpor <command> [options]
 
 commands:
-  setup [--kernel PATH | --own-kernel] [--json] [--verify]
+  setup [--kernel PATH | --own-kernel] [--json] [--verify] [--install-deps [--dry-run]]
       Build (once) and store what Linux sandboxes boot from: the guest kernel,
       the base root filesystem (Debian bookworm, needs root) and the guest agent.
       --kernel PATH  use this kernel instead of building ours (vmlinux ELF or a
@@ -15,6 +15,10 @@ commands:
       --own-kernel   forget a remembered --kernel and use torpor's own kernel again
       --json         print {"kernel","rootfs","agent","host"} at the end
       --verify       hash every stored artifact in full (default: size, mtime, header)
+      --install-deps first install the missing Debian packages of
+                     deps/debian-packages.txt (apt-get update, apt-get install;
+                     through sudo when not root), then build
+      --dry-run      with --install-deps: print the apt-get commands, run nothing
   doctor
       Report what this host offers: /dev/kvm, KVM capabilities, hardware or PVM.
   --help

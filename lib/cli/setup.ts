@@ -3,6 +3,7 @@ import { parseArgs } from 'node:util';
 
 import { InvalidArgumentError } from '../errors.js';
 import { ensureArtifacts } from '../setup/artifacts.js';
+import { installCommands, missingDebianPackages, runInstall } from '../setup/deps.js';
 import { streamProgress } from '../setup/progress.js';
 
 export async function runSetup(argv: string[]): Promise<number> {
@@ -15,6 +16,8 @@ export async function runSetup(argv: string[]): Promise<number> {
         'own-kernel': { type: 'boolean', default: false },
         json: { type: 'boolean', default: false },
         verify: { type: 'boolean', default: false },
+        'install-deps': { type: 'boolean', default: false },
+        'dry-run': { type: 'boolean', default: false },
       },
       strict: true,
       allowPositionals: false,
@@ -24,6 +27,28 @@ export async function runSetup(argv: string[]): Promise<number> {
   }
   if (values.kernel !== undefined && values['own-kernel']) {
     throw new InvalidArgumentError('--kernel and --own-kernel exclude each other');
+  }
+  if (values['dry-run'] && !values['install-deps']) {
+    throw new InvalidArgumentError('--dry-run goes with --install-deps');
+  }
+  if (values['install-deps']) {
+    // The missing ones from deps/debian-packages.txt, installed before anything builds.
+    const missing = missingDebianPackages();
+    const asRoot = typeof process.getuid === 'function' && process.getuid() === 0;
+    const commands = installCommands(missing, asRoot);
+    if (values['dry-run']) {
+      process.stdout.write(commands.map((argv) => argv.join(' ') + '\n').join('') || 'setup: no Debian packages missing\n');
+      return 0;
+    }
+    if (commands.length === 0) {
+      process.stderr.write('setup: no Debian packages missing\n');
+    } else {
+      process.stderr.write(
+        `setup: installing ${missing.length} missing Debian package${missing.length === 1 ? '' : 's'}: ${missing.join(' ')}` +
+          `${asRoot ? '' : ' (not root: through sudo, which may ask for your password)'}\n`,
+      );
+      runInstall(commands);
+    }
   }
   const started = Date.now();
   // Progress goes to stderr so --json leaves stdout machine-readable.

@@ -59,6 +59,11 @@ function onPath(command: string, env: NodeJS.ProcessEnv): boolean {
   return false;
 }
 
+/** Every Debian package a setup phase checks for (each must be in deps/debian-packages.txt). */
+export function toolPackages(): string[] {
+  return [...new Set(Object.values(requirements).flatMap((reqs) => reqs.map((r) => r.pkg)))].sort();
+}
+
 /** The Debian packages missing for these phases (empty when all is there). */
 export function missingPackages(phases: PhaseName[], env: NodeJS.ProcessEnv = process.env): string[] {
   const missing = new Set<string>();
@@ -78,7 +83,7 @@ export function toolsError(phases: PhaseName[], env: NodeJS.ProcessEnv = process
   return new TorporError(
     'MISSING_TOOLS',
     `torpor setup needs host tools that are not installed (for: ${phases.join(', ')}). ` +
-      `Install them with: apt-get install ${missing.join(' ')}`,
+      `Install them with: apt-get install ${missing.join(' ')} (or: torpor setup --install-deps)`,
   );
 }
 

@@ -1,0 +1,22 @@
+// The README's commands are what .ci/run runs: read from the README (test/readme-commands.ts).
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+
+import { packageRoot } from '../lib/setup/paths.js';
+import { readmeCommands } from './readme-commands.js';
+
+test("the README's commands: install, test, demo (comments dropped)", () => {
+  assert.equal(readmeCommands(), ['npm install', 'npm test', 'npm run demo']);
+  assert.equal(readmeCommands('## Use it\n\n```sh\nnpm ci   # deps\n# a comment\n\nnpm test\n```\n\n## Next\n'), ['npm ci', 'npm test']);
+  assert.throws(() => readmeCommands('## Other\n'), /no "## Use it" section/);
+});
+
+test('.ci/run runs them from the README, not a copy of its own', () => {
+  const ci = readFileSync(join(packageRoot, '.ci', 'run'), 'utf8');
+  assert.match(ci, /^node --import tsx test\/readme-commands\.ts --run$/m);
+  assert.not.match(ci, /^npm test$/m);
+});
+
+test.run();
