@@ -76,6 +76,10 @@ export interface NativeMachineStats {
   createToFirstRunNs: number;
   /** Nanoseconds from construction to the first PIO/MMIO exit (the guest's first instructions ran). */
   createToFirstExitNs: number;
+  /** The first PIO/MMIO exit on CLOCK_MONOTONIC, comparable with process.hrtime.bigint(); 0n: none yet. */
+  firstExitAtNs: bigint;
+  /** Where construction (create, or restore from the restore call on) spent its time, phase by phase (ms). */
+  buildPhasesMs: Record<string, number>;
 }
 
 /** What a capture wrote (Machine.snapshot). */
@@ -149,6 +153,8 @@ export interface NativeBinding {
   buildMachine(config: NativeMachineConfig, onEvent: (event: NativeMachineEvent) => void): Promise<NativeMachine>;
   /** The state saved in dir's current generation, by part (as NativeMachine.stateParts names them). Reads one small file. */
   describeSnapshot(dir: string): Record<string, Buffer>;
+  /** VM shells kept for restores (native/vmm/vm_pool.h): sets the depth when given (0..16, 0 = off). */
+  restorePool(depth?: number): { depth: number; idle: number };
   /** Build facts: addon version, compiler, whether built with sanitizers. */
   buildInfo(): { version: string; compiler: string };
 }

@@ -636,6 +636,10 @@ Napi::Value MachineWrap::stats(const Napi::CallbackInfo& info) {
     o.Set("haltExits", static_cast<double>(s.halt_exits));
     o.Set("createToFirstRunNs", static_cast<double>(s.create_to_first_run_ns));
     o.Set("createToFirstExitNs", static_cast<double>(s.create_to_first_exit_ns));
+    o.Set("firstExitAtNs", Napi::BigInt::New(info.Env(), s.first_exit_at_ns));
+    Napi::Object phases = Napi::Object::New(info.Env());
+    for (const auto& [name, ms] : s.build_phases) phases.Set(name, ms);
+    o.Set("buildPhasesMs", phases);
     return o;
   });
 }
