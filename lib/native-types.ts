@@ -111,6 +111,8 @@ export interface NativeMachine {
   snapshot(dir: string, resumeWhenCaptured?: boolean): Promise<NativeSnapshotResult>;
   /** Pages written since the last generation (guest and devices). Reads KVM's dirty log; loses nothing. */
   dirtyPageCount(): number;
+  /** `count` restores of this machine's snapshots are coming (fork): VM shells are built ahead for them. */
+  prepareRestores(count: number): void;
   /** The same pages as a bitmap (bit i of byte i/8: RAM's linear page i, slot 0 then slot 1). */
   dirtyPageBitmap(): Buffer;
   /** The state a capture would save, by part (vm.pit, vcpu0.regs, vcpu0.msr.0x10, dev.<name>@<base>...). Paused only. */

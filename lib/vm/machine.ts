@@ -256,6 +256,8 @@ export class Machine extends EventEmitter<MachineEvents> {
   async fork(count: number, dir?: string): Promise<Machine[]> {
     checkInt('count', count, 1, 256);
     const where = dir ?? this.#snapshotDir ?? mkdtempSync(join(tmpdir(), 'torpor-fork-'));
+    // VM shells for the children are built while the generation is captured (Machine.restorePool).
+    this.#native.prepareRestores(count);
     await this.snapshot(where);
     return Promise.all(Array.from({ length: count }, () => Machine.restore(where)));
   }

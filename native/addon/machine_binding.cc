@@ -73,6 +73,7 @@ Napi::Function MachineWrap::define(Napi::Env env) {
                          InstanceMethod<&MachineWrap::start>("start"),
                          InstanceMethod<&MachineWrap::snapshot>("snapshot"),
                          InstanceMethod<&MachineWrap::dirty_page_count>("dirtyPageCount"),
+                         InstanceMethod<&MachineWrap::prepare_restores>("prepareRestores"),
                          InstanceMethod<&MachineWrap::state_parts>("stateParts"),
                          InstanceMethod<&MachineWrap::dirty_page_bitmap>("dirtyPageBitmap"),
                          InstanceMethod<&MachineWrap::pause>("pause"),
@@ -342,6 +343,13 @@ Napi::Value MachineWrap::dirty_page_bitmap(const Napi::CallbackInfo& info) {
   return guarded(info.Env(), [&]() -> Napi::Value {
     auto bits = live_machine().dirty_page_bitmap();
     return Napi::Buffer<uint8_t>::Copy(info.Env(), reinterpret_cast<const uint8_t*>(bits.data()), bits.size() * 8);
+  });
+}
+
+Napi::Value MachineWrap::prepare_restores(const Napi::CallbackInfo& info) {
+  return guarded(info.Env(), [&]() -> Napi::Value {
+    any_machine().prepare_restores(static_cast<size_t>(js::to_uint(info[0], "count", 0, 256)));
+    return info.Env().Undefined();
   });
 }
 

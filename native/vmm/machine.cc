@@ -472,6 +472,10 @@ void Machine::finish() {
   });
 }
 
+void Machine::prepare_restores(size_t count) {
+  vm_pool_reserve(config_.kvm_device, config_.memory_mib * x86::kMiB, count);
+}
+
 MachineState Machine::state() const {
   std::lock_guard<std::mutex> lock(mu_);
   return state_;

@@ -166,6 +166,10 @@ class Machine final : private VcpuHost {
   ExitReason release(bool defer_kvm = true);
   bool released() const { return released_.load(); }
 
+  // `count` restores of this machine's snapshots are coming (a fork): VM
+  // shells for them are built ahead where the pool keeps this size.
+  void prepare_restores(size_t count);
+
   MachineState state() const;
   std::optional<ExitReason> exit_reason() const;
   MachineStats stats() const;

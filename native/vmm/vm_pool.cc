@@ -40,6 +40,7 @@ struct Bucket {
   Key key;
   std::vector<std::unique_ptr<VmShell>> idle;
   size_t building = 0;
+  size_t reserved = 0;  // asked for beyond the depth (a fork about to restore its children)
 };
 
 // Never destroyed: the thread may still wait on it while the process exits.
@@ -64,7 +65,7 @@ void drop_later(std::vector<std::unique_ptr<VmShell>> shells) {
 
 Bucket* wanting(Pool& p) {
   for (auto& b : p.buckets)
-    if (b.idle.size() + b.building < p.depth) return &b;
+    if (b.idle.size() + b.building < p.depth + b.reserved) return &b;
   return nullptr;
 }
 
@@ -91,7 +92,7 @@ void pool_main(Pool* p) {
       if (it != p->buckets.end()) p->buckets.erase(it);
       continue;
     }
-    if (it != p->buckets.end() && it->idle.size() < p->depth) {
+    if (it != p->buckets.end() && it->idle.size() < p->depth + it->reserved) {
       it->idle.push_back(std::move(shell));
     } else {
       std::vector<std::unique_ptr<VmShell>> drop;
@@ -137,6 +138,11 @@ std::unique_ptr<VmShell> take_vm_shell(const std::string& device, uint64_t ram_b
       shell = std::move(b.idle.back());
       b.idle.pop_back();
     }
+    if (b.reserved) b.reserved--;  // this restore was one of them, served or not
+    while (b.idle.size() > p.depth + b.reserved) {  // what a fork asked for and did not use
+      evicted.push_back(std::move(b.idle.back()));
+      b.idle.pop_back();
+    }
     p.buckets.push_front(std::move(b));
     while (p.buckets.size() > kMaxSizes) {
       for (auto& s : p.buckets.back().idle) evicted.push_back(std::move(s));
@@ -154,6 +160,17 @@ std::unique_ptr<VmShell> take_vm_shell(const std::string& device, uint64_t ram_b
   }
   drop_later(std::move(evicted));
   return shell;
+}
+
+void vm_pool_reserve(const std::string& device, uint64_t ram_bytes, size_t count) {
+  Pool& p = pool();
+  std::lock_guard<std::mutex> lock(p.mu);
+  if (p.depth == 0 || p.failed || !p.started) return;  // off, or no restore asked yet
+  Key key{device, ram_bytes};
+  auto it = std::find_if(p.buckets.begin(), p.buckets.end(), [&](const Bucket& b) { return b.key == key; });
+  if (it == p.buckets.end()) return;
+  it->reserved = std::min(count > p.depth ? count - p.depth : 0, kMaxDepth);
+  p.cv.notify_one();
 }
 
 void vm_pool_clear() {

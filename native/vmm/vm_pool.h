@@ -41,6 +41,10 @@ std::unique_ptr<VmShell> build_vm_shell(const std::string& device, uint64_t ram_
 // A shell built ahead for (device, ram_bytes), or nullptr; either way the pool
 // thread is asked to build what this size lacks.
 std::unique_ptr<VmShell> take_vm_shell(const std::string& device, uint64_t ram_bytes);
+// `count` restores of this size are about to come at once (a fork): shells
+// beyond the depth are built for them (at most 16 in all), once, for a size
+// the pool already keeps (the pool fills only for sizes restored before).
+void vm_pool_reserve(const std::string& device, uint64_t ram_bytes, size_t count);
 // Idle shells of every size are dropped (their teardown goes to the reaper);
 // the pool refills only on the next restore.
 void vm_pool_clear();
