@@ -142,8 +142,7 @@ Machine::Machine(const MachineConfig& cfg, Callbacks callbacks, RestorePlan* pla
   if (plan) {
     auto shell = take_vm_shell(cfg.kvm_device, cfg.memory_mib * x86::kMiB);
     clock.mark(shell ? "VM shell from the pool" : "VM shell: none ready");
-    if (!shell) shell = build_vm_shell(cfg.kvm_device, cfg.memory_mib * x86::kMiB);
-    clock.mark("VM shell built");
+    if (!shell) shell = build_vm_shell(cfg.kvm_device, cfg.memory_mib * x86::kMiB, &clock);
     vm_ = std::move(shell->vm);
     ram_ = std::move(shell->ram);
     kvm_ = std::move(shell->kvm);  // the system fd the VM came from

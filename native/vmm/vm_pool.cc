@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "vmm/machine.h"
 #include "vmm/reaper.h"
 #include "vmm/x86_64/layout.h"
 
@@ -106,10 +107,14 @@ void pool_main(Pool* p) {
 
 }  // namespace
 
-std::unique_ptr<VmShell> build_vm_shell(const std::string& device, uint64_t ram_bytes) {
+std::unique_ptr<VmShell> build_vm_shell(const std::string& device, uint64_t ram_bytes, PhaseClock* clock) {
+  auto mark = [clock](const char* what) {
+    if (clock) clock->mark(what);
+  };
   auto s = std::make_unique<VmShell>();
   s->kvm = std::make_unique<KvmSystem>(device);
   s->vm = std::make_unique<KvmVm>(*s->kvm);
+  mark("shell: KVM_CREATE_VM");
   // The TSS and identity map matter only to VMX; elsewhere the calls are
   // accepted as no-ops or refused, and either is fine.
   if (s->kvm->check_extension(KVM_CAP_SET_IDENTITY_MAP_ADDR) > 0) {
@@ -118,8 +123,11 @@ std::unique_ptr<VmShell> build_vm_shell(const std::string& device, uint64_t ram_
   try { s->vm->set_tss_addr(x86::kTssAddr); } catch (const Error&) {}
   // Slots before the irqchip (see the header).
   s->ram = std::make_unique<GuestRam>(*s->vm, ram_bytes);
+  mark("shell: TSS + RAM slots");
   s->vm->create_irqchip();
+  mark("shell: KVM_CREATE_IRQCHIP");
   s->vm->create_pit2();
+  mark("shell: KVM_CREATE_PIT2");
   return s;
 }
 

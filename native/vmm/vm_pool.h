@@ -36,8 +36,9 @@ struct VmShell {
   std::unique_ptr<GuestRam> ram;  // anonymous, registered before the irqchip
 };
 
-// Builds a shell now, on the calling thread.
-std::unique_ptr<VmShell> build_vm_shell(const std::string& device, uint64_t ram_bytes);
+class PhaseClock;
+// Builds a shell now, on the calling thread; `clock` (optional) times each call.
+std::unique_ptr<VmShell> build_vm_shell(const std::string& device, uint64_t ram_bytes, PhaseClock* clock = nullptr);
 // A shell built ahead for (device, ram_bytes), or nullptr; either way the pool
 // thread is asked to build what this size lacks.
 std::unique_ptr<VmShell> take_vm_shell(const std::string& device, uint64_t ram_bytes);
