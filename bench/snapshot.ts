@@ -3,7 +3,8 @@
 // and 2 GiB machines, bytes on disk per generation, restore -> running and ->
 // the guest's counter advancing, restore -> the guest's first exit (VM shell pool
 // off and on), fork x10. bench/run.ts calls
-// runSnapshotBench(); `tsx bench/snapshot.ts` runs it alone.
+// runSnapshotBench(); `tsx bench/snapshot.ts` runs it alone (TORPOR_BENCH_ONLY=capture,first-exit,fork,qemu
+// picks parts).
 // Beside them, the same test guest under QEMU with KVM (microvm, -cpu qemu64):
 // migrate-to-file save and restore with -incoming (bench/qemu/migrate.ts: process
 // start -> the guest answers again), with torpor/QEMU ratios.
@@ -238,12 +239,19 @@ export async function runSnapshotBench(opts: { iterations?: number } = {}): Prom
     rows.push({ name: 'snapshot', n: 0, unit: '', note: 'guest/testvm not built' });
   } else {
     const torpor = new Map<string, number>();
-    await captureRows(512, n, rows, torpor);
-    await captureRows(2048, n, rows, torpor);
-    await firstExitRows(512, Math.max(n, 11), rows, torpor);
-    await forkRows(Math.max(1, Math.floor(n / 2)), rows);
-    await qemuRows(512, 3, rows, torpor);
-    await qemuRows(2048, 3, rows, torpor);
+    // TORPOR_BENCH_ONLY=first-exit,fork (say) runs only those parts.
+    const only = process.env.TORPOR_BENCH_ONLY?.split(',');
+    const part = (name: string) => !only || only.includes(name);
+    if (part('capture')) {
+      await captureRows(512, n, rows, torpor);
+      await captureRows(2048, n, rows, torpor);
+    }
+    if (part('first-exit')) await firstExitRows(512, Math.max(n, 11), rows, torpor);
+    if (part('fork')) await forkRows(Math.max(1, Math.floor(n / 2)), rows);
+    if (part('qemu')) {
+      await qemuRows(512, 3, rows, torpor);
+      await qemuRows(2048, 3, rows, torpor);
+    }
   }
   await sleep(0);
   return {
@@ -262,7 +270,9 @@ export async function runSnapshotBench(opts: { iterations?: number } = {}): Prom
 if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
   const result = await runSnapshotBench();
   console.log(formatTable(result.rows));
-  const out = join(dirname(fileURLToPath(import.meta.url)), 'results', 'snapshot.json');
-  await mkdir(dirname(out), { recursive: true });
-  await writeFile(out, JSON.stringify(result.json, null, 2) + '\n');
+  if (!process.env.TORPOR_BENCH_ONLY) {  // a partial run leaves the full results as they were
+    const out = join(dirname(fileURLToPath(import.meta.url)), 'results', 'snapshot.json');
+    await mkdir(dirname(out), { recursive: true });
+    await writeFile(out, JSON.stringify(result.json, null, 2) + '\n');
+  }
 }
