@@ -76,6 +76,10 @@ export interface NativeMachineStats {
   createToFirstRunNs: number;
   /** Nanoseconds from construction to the first PIO/MMIO exit (the guest's first instructions ran). */
   createToFirstExitNs: number;
+  /** The first PIO/MMIO exit on CLOCK_MONOTONIC, comparable with process.hrtime.bigint(); 0n: none yet. */
+  firstExitAtNs: bigint;
+  /** Where construction (create, or restore from the restore call on) spent its time, phase by phase (ms). */
+  buildPhasesMs: Record<string, number>;
 }
 
 /** What a capture wrote (Machine.snapshot). */
@@ -107,6 +111,8 @@ export interface NativeMachine {
   snapshot(dir: string, resumeWhenCaptured?: boolean): Promise<NativeSnapshotResult>;
   /** Pages written since the last generation (guest and devices). Reads KVM's dirty log; loses nothing. */
   dirtyPageCount(): number;
+  /** `count` restores of this machine's snapshots are coming (fork): VM shells are built ahead for them. */
+  prepareRestores(count: number): void;
   /** The same pages as a bitmap (bit i of byte i/8: RAM's linear page i, slot 0 then slot 1). */
   dirtyPageBitmap(): Buffer;
   /** The state a capture would save, by part (vm.pit, vcpu0.regs, vcpu0.msr.0x10, dev.<name>@<base>...). Paused only. */
@@ -149,6 +155,8 @@ export interface NativeBinding {
   buildMachine(config: NativeMachineConfig, onEvent: (event: NativeMachineEvent) => void): Promise<NativeMachine>;
   /** The state saved in dir's current generation, by part (as NativeMachine.stateParts names them). Reads one small file. */
   describeSnapshot(dir: string): Record<string, Buffer>;
+  /** VM shells kept for restores (native/vmm/vm_pool.h): sets the depth when given (0..16, 0 = off). */
+  restorePool(depth?: number): { depth: number; idle: number };
   /** Build facts: addon version, compiler, whether built with sanitizers. */
   buildInfo(): { version: string; compiler: string };
 }

@@ -73,6 +73,7 @@ Napi::Function MachineWrap::define(Napi::Env env) {
                          InstanceMethod<&MachineWrap::start>("start"),
                          InstanceMethod<&MachineWrap::snapshot>("snapshot"),
                          InstanceMethod<&MachineWrap::dirty_page_count>("dirtyPageCount"),
+                         InstanceMethod<&MachineWrap::prepare_restores>("prepareRestores"),
                          InstanceMethod<&MachineWrap::state_parts>("stateParts"),
                          InstanceMethod<&MachineWrap::dirty_page_bitmap>("dirtyPageBitmap"),
                          InstanceMethod<&MachineWrap::pause>("pause"),
@@ -342,6 +343,13 @@ Napi::Value MachineWrap::dirty_page_bitmap(const Napi::CallbackInfo& info) {
   return guarded(info.Env(), [&]() -> Napi::Value {
     auto bits = live_machine().dirty_page_bitmap();
     return Napi::Buffer<uint8_t>::Copy(info.Env(), reinterpret_cast<const uint8_t*>(bits.data()), bits.size() * 8);
+  });
+}
+
+Napi::Value MachineWrap::prepare_restores(const Napi::CallbackInfo& info) {
+  return guarded(info.Env(), [&]() -> Napi::Value {
+    any_machine().prepare_restores(static_cast<size_t>(js::to_uint(info[0], "count", 0, 256)));
+    return info.Env().Undefined();
   });
 }
 
@@ -636,6 +644,10 @@ Napi::Value MachineWrap::stats(const Napi::CallbackInfo& info) {
     o.Set("haltExits", static_cast<double>(s.halt_exits));
     o.Set("createToFirstRunNs", static_cast<double>(s.create_to_first_run_ns));
     o.Set("createToFirstExitNs", static_cast<double>(s.create_to_first_exit_ns));
+    o.Set("firstExitAtNs", Napi::BigInt::New(info.Env(), s.first_exit_at_ns));
+    Napi::Object phases = Napi::Object::New(info.Env());
+    for (const auto& [name, ms] : s.build_phases) phases.Set(name, ms);
+    o.Set("buildPhasesMs", phases);
     return o;
   });
 }

@@ -2,6 +2,7 @@
 #include "addon/addon_state.h"
 #include "addon/machine_binding.h"
 #include "addon/probe_binding.h"
+#include "vmm/vm_pool.h"
 
 namespace torpor {
 
@@ -24,6 +25,23 @@ Napi::Value build_info(const Napi::CallbackInfo& info) {
   return o;
 }
 
+// restorePool(depth?) -> { depth, idle }: the VM shells kept for restores (vmm/vm_pool.h).
+Napi::Value restore_pool(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() > 0 && !info[0].IsUndefined()) {
+    if (!info[0].IsNumber() || info[0].As<Napi::Number>().DoubleValue() < 0 ||
+        info[0].As<Napi::Number>().DoubleValue() > 16) {
+      Napi::TypeError::New(env, "restorePool: depth must be 0..16").ThrowAsJavaScriptException();
+      return env.Undefined();
+    }
+    vm_pool_set_depth(static_cast<size_t>(info[0].As<Napi::Number>().Uint32Value()));
+  }
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("depth", static_cast<double>(vm_pool_depth()));
+  o.Set("idle", static_cast<double>(vm_pool_idle()));
+  return o;
+}
+
 Napi::Object init(Napi::Env env, Napi::Object exports) {
   env.SetInstanceData<AddonState>(new AddonState());
   exports.Set("setErrorFactory", Napi::Function::New(env, set_error_factory, "setErrorFactory"));
@@ -34,6 +52,7 @@ Napi::Object init(Napi::Env env, Napi::Object exports) {
   exports.Set("Machine", machine);
   exports.Set("restoreMachine", Napi::Function::New(env, MachineWrap::restore_machine, "restoreMachine"));
   exports.Set("buildMachine", Napi::Function::New(env, MachineWrap::build_machine, "buildMachine"));
+  exports.Set("restorePool", Napi::Function::New(env, restore_pool, "restorePool"));
   exports.Set("describeSnapshot", Napi::Function::New(env, MachineWrap::describe_snapshot, "describeSnapshot"));
   return exports;
 }

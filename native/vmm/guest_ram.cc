@@ -57,6 +57,18 @@ void GuestRam::collect_dirty(KvmVm& vm, std::vector<uint64_t>& bitmap) {
   }
 }
 
+void GuestRam::map_file(int fd, uint64_t offset) {
+  uint64_t linear = 0;
+  for (auto& m : maps_) {
+    void* p = ::mmap(m.host, m.bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_NORESERVE | MAP_FIXED, fd,
+                     static_cast<off_t>(offset + linear));
+    // MAP_FIXED replaces the old mapping or fails leaving it in place.
+    if (p == MAP_FAILED) throw_sys_error(code::kInternal, "mmap memory layer over guest RAM");
+    linear += m.bytes;
+  }
+  file_backed_ = true;
+}
+
 GuestRam::~GuestRam() {
   for (auto& m : maps_) ::munmap(m.host, m.bytes);
 }

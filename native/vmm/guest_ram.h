@@ -25,6 +25,12 @@ class GuestRam {
   GuestRam(const GuestRam&) = delete;
   GuestRam& operator=(const GuestRam&) = delete;
 
+  // Maps a memory layer file (RAM's linear image from `offset` on, as the
+  // constructor's backing_fd) over this RAM at the same addresses
+  // (MAP_FIXED): the slots stay registered and valid. For RAM nothing has
+  // touched yet (a VM shell built ahead, vmm/vm_pool.h).
+  void map_file(int fd, uint64_t offset);
+
   GuestMemory& memory() { return mem_; }
   uint64_t size() const { return size_; }
   size_t slot_count() const { return maps_.size(); }

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <exception>
 #include <map>
+#include <optional>
 #include <system_error>
 #include <thread>
 
@@ -19,6 +20,7 @@
 #include "snapshot/disk_layers.h"
 #include "vmm/machine_snapshot.h"
 #include "vmm/reaper.h"
+#include "vmm/vm_pool.h"
 #include "vmm/x86_64/boot.h"
 #include "vmm/x86_64/cpuid.h"
 #include "vmm/x86_64/layout.h"
@@ -121,6 +123,8 @@ Machine::Machine(const MachineConfig& cfg, Callbacks callbacks) : Machine(cfg, s
 Machine::Machine(const MachineConfig& cfg, Callbacks callbacks, RestorePlan* plan)
     : callbacks_(std::move(callbacks)), created_at_(std::chrono::steady_clock::now()) {
   config_ = cfg;
+  PhaseClock own_clock;
+  PhaseClock& clock = plan ? plan->clock : own_clock;
   host_kind_ = detect_host_kind();
   kvm_ = std::make_unique<KvmSystem>(cfg.kvm_device);
   for (auto [cap, name] : {std::pair{KVM_CAP_IRQCHIP, "irqchip"}, {KVM_CAP_PIT2, "pit2"},
@@ -131,26 +135,41 @@ Machine::Machine(const MachineConfig& cfg, Callbacks callbacks, RestorePlan* pla
   const bool have_irqfd = kvm_->check_extension(KVM_CAP_IRQFD) > 0;
   const bool have_ioeventfd = kvm_->check_extension(KVM_CAP_IOEVENTFD) > 0;
 
-  vm_ = std::make_unique<KvmVm>(*kvm_);
-  // The TSS and identity map matter only to VMX; elsewhere the calls are
-  // accepted as no-ops or refused, and either is fine.
-  if (kvm_->check_extension(KVM_CAP_SET_IDENTITY_MAP_ADDR) > 0) {
-    try { vm_->set_identity_map_addr(x86::kIdentityMapAddr); } catch (const Error&) {}
-  }
-  try { vm_->set_tss_addr(x86::kTssAddr); } catch (const Error&) {}
-  // Memory slots before the in-kernel irqchip: measured on PVM, registering a
-  // slot once the irqchip exists costs ~7.5 ms (512 MiB, or 64 MiB), before
-  // it ~0.8 ms.
-  if (plan)
-    ram_ = restore_ram(*vm_, *plan);
-  else
+  clock.mark("kvm open + caps");
+  // A restore takes a VM shell built ahead (VM, RAM slots, irqchip, PIT:
+  // vmm/vm_pool.h), or builds one here when the pool has none.
+  std::optional<ConcurrentCall> pit;
+  if (plan) {
+    auto shell = take_vm_shell(cfg.kvm_device, cfg.memory_mib * x86::kMiB);
+    clock.mark(shell ? "VM shell from the pool" : "VM shell: none ready");
+    if (!shell) shell = build_vm_shell(cfg.kvm_device, cfg.memory_mib * x86::kMiB, &clock);
+    vm_ = std::move(shell->vm);
+    ram_ = std::move(shell->ram);
+    kvm_ = std::move(shell->kvm);  // the system fd the VM came from
+    restore_ram(*ram_, *plan);
+    clock.mark("ram: diffs read in");
+  } else {
+    vm_ = std::make_unique<KvmVm>(*kvm_);
+    clock.mark("KVM_CREATE_VM");
+    // The TSS and identity map matter only to VMX; elsewhere the calls are
+    // accepted as no-ops or refused, and either is fine.
+    if (kvm_->check_extension(KVM_CAP_SET_IDENTITY_MAP_ADDR) > 0) {
+      try { vm_->set_identity_map_addr(x86::kIdentityMapAddr); } catch (const Error&) {}
+    }
+    try { vm_->set_tss_addr(x86::kTssAddr); } catch (const Error&) {}
+    // Memory slots before the in-kernel irqchip: measured on PVM, registering a
+    // slot once the irqchip exists costs ~7.5 ms (512 MiB, or 64 MiB), before
+    // it ~0.8 ms.
     ram_ = std::make_unique<GuestRam>(*vm_, cfg.memory_mib * x86::kMiB);
-  vm_->create_irqchip();
-  // KVM_CREATE_PIT2 starts a kernel worker thread and waits for it to run:
-  // 1-3 ms on this loaded PVM host (strace), most of a small machine's
-  // create. Nothing needs the PIT before vCPUs or a restored state exist, so
-  // it is created beside the devices and the kernel load (it needs the irqchip).
-  ConcurrentCall pit([this] { vm_->create_pit2(); });
+    clock.mark("ram");
+    vm_->create_irqchip();
+    clock.mark("KVM_CREATE_IRQCHIP");
+    // KVM_CREATE_PIT2 starts a kernel worker thread and waits for it to run:
+    // 1-3 ms on this loaded PVM host (strace), most of a small machine's
+    // create. Nothing needs the PIT before vCPUs or a restored state exist, so
+    // it is created beside the devices and the kernel load (it needs the irqchip).
+    pit.emplace([this] { vm_->create_pit2(); });
+  }
   loop_ = std::make_unique<EventLoop>();
   console_ = std::make_unique<Console>(cfg.console_ring_bytes, cfg.console_log, callbacks_.console_pending);
 
@@ -224,9 +243,11 @@ Machine::Machine(const MachineConfig& cfg, Callbacks callbacks, RestorePlan* pla
   }
   while (!cmdline_.empty() && cmdline_.front() == ' ') cmdline_.erase(cmdline_.begin());
 
+  clock.mark("devices");
   if (plan) {
-    pit.wait();
     load_state(*plan);
+    clock.mark("load state (vCPUs, devices)");
+    build_phases_ = clock.phases();
     return;
   }
   x86::BootConfig boot;
@@ -238,7 +259,9 @@ Machine::Machine(const MachineConfig& cfg, Callbacks callbacks, RestorePlan* pla
   boot.device_gsis = gsis;
   boot.fresh_ram = true;  // anonymous RAM mapped above, untouched so far
   x86::BootEntry entry = x86::load_boot_image(ram_->memory(), boot);
-  pit.wait();
+  clock.mark("kernel load");
+  pit->wait();
+  clock.mark("KVM_CREATE_PIT2 wait");
 
   const auto& msrs = x86::msr_support(*kvm_);
   const auto& supported = cached_supported_cpuid(*kvm_, cfg.kvm_device);
@@ -249,6 +272,8 @@ Machine::Machine(const MachineConfig& cfg, Callbacks callbacks, RestorePlan* pla
     if (i == 0) x86::init_boot_vcpu(*kv, entry);
     vcpus_.push_back(std::make_unique<Vcpu>(std::move(kv), static_cast<VcpuHost&>(*this)));
   }
+  clock.mark("vCPUs");
+  build_phases_ = clock.phases();
 }
 
 Machine::~Machine() {
@@ -446,6 +471,10 @@ void Machine::finish() {
   });
 }
 
+void Machine::prepare_restores(size_t count) {
+  vm_pool_reserve(config_.kvm_device, config_.memory_mib * x86::kMiB, count);
+}
+
 MachineState Machine::state() const {
   std::lock_guard<std::mutex> lock(mu_);
   return state_;
@@ -474,6 +503,11 @@ MachineStats Machine::collect_stats() const {
   }
   s.create_to_first_run_ns = first_run_ns_.load(std::memory_order_relaxed);
   s.create_to_first_exit_ns = first_exit_ns_.load(std::memory_order_relaxed);
+  if (s.create_to_first_exit_ns)
+    s.first_exit_at_ns = static_cast<uint64_t>(
+                             std::chrono::duration_cast<std::chrono::nanoseconds>(created_at_.time_since_epoch()).count()) +
+                         s.create_to_first_exit_ns;
+  s.build_phases = build_phases_;
   return s;
 }
 

@@ -82,6 +82,29 @@ struct MachineStats {
   uint64_t exits = 0, pio_exits = 0, mmio_exits = 0, halt_exits = 0;
   uint64_t create_to_first_run_ns = 0;
   uint64_t create_to_first_exit_ns = 0;  // first PIO/MMIO exit: the guest ran its first instructions
+  // The same first exit on CLOCK_MONOTONIC (Node's process.hrtime): a caller
+  // times "its call -> the guest's first exit" across threads. 0: none yet.
+  uint64_t first_exit_at_ns = 0;
+  // Where building (create or restore) spent its time, phase by phase, in
+  // order (ms): restore's state file, memory chain, VM, RAM, irqchip...
+  std::vector<std::pair<std::string, double>> build_phases;
+};
+
+// Times the phases of a machine's construction (cheap: a clock read each).
+class PhaseClock {
+ public:
+  PhaseClock() : last_(std::chrono::steady_clock::now()) {}
+  explicit PhaseClock(std::chrono::steady_clock::time_point since) : last_(since) {}
+  void mark(const char* name) {
+    auto now = std::chrono::steady_clock::now();
+    phases_.emplace_back(name, std::chrono::duration<double, std::milli>(now - last_).count());
+    last_ = now;
+  }
+  const std::vector<std::pair<std::string, double>>& phases() const { return phases_; }
+
+ private:
+  std::chrono::steady_clock::time_point last_;
+  std::vector<std::pair<std::string, double>> phases_;
 };
 
 class Machine final : private VcpuHost {
@@ -142,6 +165,10 @@ class Machine final : private VcpuHost {
   // Returns the exit reason (as stop() does).
   ExitReason release(bool defer_kvm = true);
   bool released() const { return released_.load(); }
+
+  // `count` restores of this machine's snapshots are coming (a fork): VM
+  // shells for them are built ahead where the pool keeps this size.
+  void prepare_restores(size_t count);
 
   MachineState state() const;
   std::optional<ExitReason> exit_reason() const;
@@ -241,6 +268,7 @@ class Machine final : private VcpuHost {
   std::vector<Done> start_waiters_, pause_waiters_;
   std::atomic<uint64_t> first_run_ns_{0};
   std::atomic<uint64_t> first_exit_ns_{0};
+  std::vector<std::pair<std::string, double>> build_phases_;  // set by the constructor
   void note_first_exit();
   // On the I/O thread, once the vCPUs of pause number `seq` are all parked.
   void quiesce_devices(uint64_t seq);

@@ -484,10 +484,11 @@ CaptureResult Machine::capture_locked(const std::string& dir, const std::functio
 
 // ---------------------------------------------------------------- restore
 
-std::unique_ptr<GuestRam> restore_ram(KvmVm& vm, RestorePlan& plan) {
-  auto ram = std::make_unique<GuestRam>(vm, plan.memory->ram_bytes(), plan.memory->bottom_fd(), kMemoryDataOffset);
-  plan.memory->apply_diffs(ram_regions(ram->memory(), false));
-  return ram;
+void restore_ram(GuestRam& ram, RestorePlan& plan) {
+  if (ram.size() != plan.memory->ram_bytes()) throw Error(code::kInternal, "VM shell RAM size differs from the snapshot's");
+  ram.map_file(plan.memory->bottom_fd(), kMemoryDataOffset);
+  plan.clock.mark("ram: map bottom layer");
+  plan.memory->apply_diffs(ram_regions(ram.memory(), false));
 }
 
 std::unique_ptr<Machine> Machine::restore(const std::string& dir, Callbacks callbacks) {
@@ -508,6 +509,7 @@ std::unique_ptr<Machine> Machine::restore_from(const std::string& dir, Callbacks
     KvmSystem sys("/dev/kvm");
     HostKind kind = detect_host_kind();
     plan->body = read_state_file(dir + "/" + gen_name(n) + "/vm.state", probe_fingerprint(sys, kind));
+    plan->clock.mark("state file read + fingerprint");
     plan->in = std::make_unique<StateReader>(plan->body);
     StateReader& in = *plan->in;
     in.expect_header(kBodyTag, kBodyVersion, kBodyVersion);
@@ -533,6 +535,7 @@ std::unique_ptr<Machine> Machine::restore_from(const std::string& dir, Callbacks
     }
     uint64_t ram_bytes = spec.config.memory_mib * x86::kMiB;
     plan->memory = std::make_unique<MemoryChain>(MemoryChain::open(paths, ram_bytes));
+    plan->clock.mark("memory chain opened");
     plan->devices = spec.devices;
     auto m = std::unique_ptr<Machine>(new Machine(spec.config, std::move(callbacks), plan.get()));
     return m;

@@ -10,6 +10,7 @@
 #include "snapshot/memory_layer.h"
 #include "base/state_io.h"
 #include "vmm/guest_ram.h"
+#include "vmm/machine.h"
 
 namespace torpor {
 
@@ -21,9 +22,11 @@ struct RestorePlan {
   std::vector<uint8_t> body;
   std::unique_ptr<StateReader> in;  // over body, after the spec and the chain
   std::vector<std::pair<std::string, uint64_t>> devices;  // from the spec
+  PhaseClock clock;  // from the restore call: the phases land in stats().build_phases
 };
 
-// Guest RAM over the chain: the bottom layer mapped MAP_PRIVATE, diffs read in.
-std::unique_ptr<GuestRam> restore_ram(KvmVm& vm, RestorePlan& plan);
+// Guest RAM over the chain: the bottom layer mapped MAP_PRIVATE over `ram`
+// (a VM shell's untouched RAM), diffs read in.
+void restore_ram(GuestRam& ram, RestorePlan& plan);
 
 }  // namespace torpor

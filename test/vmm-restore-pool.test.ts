@@ -1,0 +1,98 @@
+// The VM shell pool behind Machine.restore (native/vmm/vm_pool.h): a restore
+// takes a VM built ahead and the guest continues exactly as from a VM built on
+// the spot; the pool is bounded, gives its fds back when turned off, and a
+// process holding shells exits at once.
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+import * as assert from 'uvu/assert';
+import { test } from 'uvu';
+
+import { Machine } from '../lib/vm/machine.js';
+import { bootTestvm, sleep, testvmCommand, testvmSkipReason } from './vmm-guests.js';
+import { testUnless } from './skip-unless.js';
+
+const kvmTest = testUnless('vmm-restore-pool', testvmSkipReason());
+const COUNTER = 0x100008;
+const fdCount = () => readdirSync('/proc/self/fd').length;
+const counter = (m: Machine) => m.readGuest(COUNTER, 8).readBigUInt64LE();
+
+async function until(cond: () => boolean, ms = 10_000): Promise<boolean> {
+  const deadline = Date.now() + ms;
+  while (!cond() && Date.now() < deadline) await sleep(2);
+  return cond();
+}
+
+kvmTest('a restore from a pooled VM shell continues the guest; depth 0 drops the idle shells and their fds', async () => {
+  const before = Machine.restorePool();
+  const dir = mkdtempSync(join(tmpdir(), 'torpor-pool-'));
+  try {
+    Machine.restorePool({ depth: 2 });
+    const m = await bootTestvm({ memoryMiB: 256 });
+    await testvmCommand(m, 'count start', 'count');
+    await m.snapshot(dir, { stop: true });
+    const fds = fdCount();
+    // The first restore of a size builds its own VM and asks the pool for shells.
+    const first = await Machine.restore(dir, { state: 'paused' });
+    assert.ok('VM shell: none ready' in first.stats().buildPhasesMs, JSON.stringify(first.stats().buildPhasesMs));
+    const saved = counter(first);
+    await first.stop();
+    assert.ok(await until(() => Machine.restorePool().idle === 2), `idle shells: ${Machine.restorePool().idle}`);
+    // Bounded: nothing more is built while nobody takes.
+    await sleep(50);
+    assert.is(Machine.restorePool().idle, 2);
+
+    const r = await Machine.restore(dir);
+    assert.ok('VM shell from the pool' in r.stats().buildPhasesMs, JSON.stringify(r.stats().buildPhasesMs));
+    // Counting resumes from the saved value, on the layer mapped over the shell's RAM.
+    assert.ok(await until(() => counter(r) > saved), 'the counter did not advance');
+    assert.ok(counter(r) - saved < 1n << 40n, 'the counter restarted elsewhere');
+    assert.match(await testvmCommand(r, 'echo pooled', 'echo'), /pooled/);
+    assert.ok((await until(() => r.stats().firstExitAtNs > 0n)), 'no exit recorded');
+    await r.stop();
+
+    Machine.restorePool({ depth: 0 });
+    assert.is(Machine.restorePool().idle, 0);
+    // Each idle shell held two fds (/dev/kvm, the VM); the reaper closes them.
+    assert.ok(await until(() => fdCount() <= fds, 5000), `fds ${fds} -> ${fdCount()}`);
+    const off = await Machine.restore(dir, { state: 'paused' });
+    assert.ok('VM shell: none ready' in off.stats().buildPhasesMs);
+    await off.stop();
+  } finally {
+    Machine.restorePool({ depth: before.depth });
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+kvmTest('a process holding pooled VM shells exits at once (natural end and process.exit)', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'torpor-pool-exit-'));
+  try {
+    const m = await bootTestvm({ memoryMiB: 64 });
+    await m.snapshot(dir, { stop: true });
+    for (const end of ['natural', 'exit']) {
+      const script = `
+        import { Machine } from './lib/vm/machine.ts';
+        const r = await Machine.restore(${JSON.stringify(dir)});
+        await r.stop();
+        const deadline = Date.now() + 10000;
+        while (Machine.restorePool().idle === 0 && Date.now() < deadline) await new Promise((s) => setTimeout(s, 2));
+        console.log('idle=' + Machine.restorePool().idle);
+        ${end === 'exit' ? 'process.exit(0);' : ''}`;
+      const t0 = Date.now();
+      const c = spawnSync(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], {
+        encoding: 'utf8',
+        timeout: 30_000,
+        env: { ...process.env, TORPOR_RESTORE_POOL: '2' },
+      });
+      assert.is(c.status, 0, `${end}: status ${c.status} signal ${c.signal}\n${c.stderr}`);
+      assert.match(c.stdout, /idle=[12]/, `${end}: ${c.stdout}`);
+      assert.ok(Date.now() - t0 < 20_000, `${end}: took ${Date.now() - t0} ms`);
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test.run();
