@@ -21,6 +21,7 @@ export const KVM_FILES = [
   'vmm-kernel-load',
   'vmm-lifecycle',
   'vmm-linux',
+  'vmm-restore-pool',
   'vmm-snapshot',
   'vmm-testvm',
 ];
