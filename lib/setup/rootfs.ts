@@ -100,6 +100,11 @@ export async function baseIsCached(root: string, verify: boolean): Promise<boole
   return (await checkArtifact(artifactDir(root, 'rootfs-base', key), key, BASE_FILES, verify)).ok;
 }
 
+/** Where the current base image lives (built or not): the nested test host copies just the current artifacts. */
+export async function baseArtifactDir(root: string): Promise<string> {
+  return artifactDir(root, 'rootfs-base', artifactKey('rootfs-base', await baseInputs()));
+}
+
 function storeOptions(root: string, verify: boolean, onProgress: ProgressSink | undefined, what: string): ArtifactOptions {
   return {
     root,

@@ -12,12 +12,13 @@
 // command's, or one of the codes below when the nested host itself failed.
 // Details, traps and timings: docs/nested.md.
 import { spawn, spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, openSync, readFileSync, readSync, closeSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { closeSync, existsSync, mkdtempSync, openSync, readFileSync, readSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, relative } from 'node:path';
+import { dirname, join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-import { ensureArtifacts } from '../../lib/setup/artifacts.js';
+import { ensureArtifacts, type SetupReport } from '../../lib/setup/artifacts.js';
+import { baseArtifactDir } from '../../lib/setup/rootfs.js';
 import { streamProgress } from '../../lib/setup/progress.js';
 import { homeLayout, torporHome } from '../../lib/store/home.js';
 import { ensureL1Kernel } from './l1-kernel.js';
@@ -59,18 +60,25 @@ function hostTscKhz(): number {
 
 const shellQuote = (s: string): string => `'${s.replaceAll("'", `'\\''`)}'`;
 
-/** The store's complete artifacts (those with a manifest), relative to TORPOR_HOME; not the L1 kernel. */
-function homePaths(home: string): string[] {
+/**
+ * What L1 needs from TORPOR_HOME, relative to it: the artifact directories the
+ * current setup resolves to (kernel, rootfs, its base image, agent); not older
+ * builds nor the L1 kernel, which L1's RAM would hold for nothing.
+ */
+async function homePaths(home: string, report: SetupReport): Promise<string[]> {
   const layout = homeLayout(home);
-  const out: string[] = [];
-  if (existsSync(layout.setupRecord)) out.push('setup.json');
-  for (const kind of readdirSync(layout.artifacts, { withFileTypes: true })) {
-    if (!kind.isDirectory() || kind.name === 'kernel-l1') continue;
-    for (const entry of readdirSync(join(layout.artifacts, kind.name), { withFileTypes: true })) {
-      const dir = join(layout.artifacts, kind.name, entry.name);
-      if (entry.isDirectory() && !entry.name.startsWith('.') && existsSync(join(dir, 'manifest.json'))) out.push(relative(home, dir));
-    }
+  const dirs = [dirname(report.kernel), dirname(report.rootfs), dirname(report.agent), await baseArtifactDir(layout.artifacts)];
+  // setup.json stays behind: a kernel it records (one built for a PVM host) is not what L1 must boot.
+  if (report.kernelOrigin !== 'built') {
+    fail(
+      NESTED_EXIT.setup,
+      `this TORPOR_HOME boots a supplied kernel (${report.kernel}); the nested host runs torpor's own kernel: ` +
+        'use another TORPOR_HOME, or `torpor setup --own-kernel`',
+    );
   }
+  const out = dirs.map((d) => relative(home, d));
+  const outside = out.find((p) => p.startsWith('..'));
+  if (outside) fail(NESTED_EXIT.setup, `an artifact lies outside TORPOR_HOME (${outside}): the nested host copies only TORPOR_HOME`);
   return out;
 }
 
@@ -123,12 +131,13 @@ async function main(): Promise<number> {
 
   let l1;
   let home;
+  let report;
   try {
     l1 = await ensureL1Kernel();
     process.stderr.write(`nested: L1 kernel ${l1.path} (${l1.built ? `built in ${(l1.buildMs / 1000).toFixed(0)} s` : 'cached'})\n`);
     // The guest artifacts the tests boot, built on the host (inside L1 a build would run emulated).
     home = torporHome();
-    await ensureArtifacts({ onProgress: streamProgress(process.stderr) });
+    report = await ensureArtifacts({ onProgress: streamProgress(process.stderr) });
   } catch (err) {
     fail(NESTED_EXIT.setup, `preparing the nested host failed: ${(err as Error).message}`);
   }
@@ -141,7 +150,7 @@ async function main(): Promise<number> {
   const run = mkdtempSync(join(tmpdir(), 'torpor-nested-'));
   const log = join(run, 'console.log');
   writeFileSync(join(run, 'command'), command + '\n');
-  writeFileSync(join(run, 'home-paths'), homePaths(home).join('\n') + '\n');
+  writeFileSync(join(run, 'home-paths'), (await homePaths(home, report)).join('\n') + '\n');
   const env: Record<string, string> = { TORPOR_HOME: '/tmp/torpor-home', TORPOR_NESTED: '1', NESTED_STARTED_MS: String(Date.now()) };
   for (const name of ['CI', 'TORPOR_ADDON', 'NO_COLOR', 'FORCE_COLOR', 'TERM']) {
     if (process.env[name] !== undefined) env[name] = process.env[name]!;

@@ -45,6 +45,8 @@ try {
         if (back.length !== data.length || sha(back) !== sha(data)) throw new Error(`round ${rounds} lane ${lane}: the file came back different (${back.length} bytes)`);
         const py = await sbx.commands.run(['python3', '-c', `import hashlib;print(hashlib.sha256(open('${path}','rb').read()).hexdigest())`]);
         if (py.stdout.trim() !== sha(data)) throw new Error(`round ${rounds} lane ${lane}: the guest hashed ${py.stdout.trim()}`);
+        // The guest's /tmp is on its root disk: free it for the next round (a write goes to a temp file first).
+        await sbx.files.remove(path);
         return data.length;
       }),
     );
