@@ -6,7 +6,7 @@
     {
       "target_name": "torpor",
       "sources": [
-        "<!@(find native/common native/addon native/vmm native/devices native/snapshot -name '*.cc' -not -name '*_test.cc' | sort)"
+        "<!@(find native/common native/base native/addon native/vmm native/devices native/snapshot -name '*.cc' -not -name '*_test.cc' | sort)"
       ],
       "include_dirs": [
         "<!(node -p \"require('node-addon-api').include_dir\")",

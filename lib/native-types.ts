@@ -50,7 +50,7 @@ export interface NativeMachineConfig {
   kvmDevice?: string;
 }
 
-export type NativeMachineState = 'created' | 'running' | 'paused' | 'stopped' | 'failed';
+export type NativeMachineState = 'created' | 'running' | 'pausing' | 'paused' | 'stopped' | 'failed';
 
 export interface NativeExitReason {
   /** 'reset' (the guest reset the machine through the i8042), 'poweroff' and 'panic' (KVM system
@@ -78,9 +78,39 @@ export interface NativeMachineStats {
   createToFirstExitNs: number;
 }
 
+/** What a capture wrote (Machine.snapshot). */
+export interface NativeSnapshotResult {
+  generation: number;
+  /** Bytes written: memory layer, state file, manifest. */
+  bytes: number;
+  /** Pages in the memory layer: written since the previous generation (diff), or RAM's nonzero pages (full). */
+  dirtyPages: number;
+  /** True when the memory layer is a full image (first capture into the directory). */
+  fullLayer: boolean;
+  /** State and dirty pages read: the machine could continue from here. */
+  capturedMs: number;
+  /** The generation is on disk (fsynced) and `current` points at it. */
+  durableMs: number;
+}
+
 export interface NativeMachine {
-  /** Starts the vCPU threads and the I/O thread. Resolves once every vCPU entered KVM_RUN once. */
-  start(): Promise<void>;
+  /**
+   * Starts the vCPU threads and the I/O thread. Resolves once every vCPU entered KVM_RUN once,
+   * or, with paused = true, once every vCPU is parked and the devices are quiesced (state 'paused').
+   */
+  start(paused?: boolean): Promise<void>;
+  /**
+   * Pauses (if running), then writes a generation into dir on a worker thread. The machine
+   * stays paused, or with resumeWhenCaptured runs again once its state and memory are copied
+   * out (capturedMs), while the generation is made durable. Rejects with INVALID_STATE unless running or paused, IO_ERROR on a write failure.
+   */
+  snapshot(dir: string, resumeWhenCaptured?: boolean): Promise<NativeSnapshotResult>;
+  /** Pages written since the last generation (guest and devices). Reads KVM's dirty log; loses nothing. */
+  dirtyPageCount(): number;
+  /** The same pages as a bitmap (bit i of byte i/8: RAM's linear page i, slot 0 then slot 1). */
+  dirtyPageBitmap(): Buffer;
+  /** The state a capture would save, by part (vm.pit, vcpu0.regs, vcpu0.msr.0x10, dev.<name>@<base>...). Paused only. */
+  stateParts(): Record<string, Buffer>;
   /** Resolves when every vCPU is out of KVM_RUN with its pending I/O completed. */
   pause(): Promise<void>;
   resume(): Promise<void>;
@@ -109,6 +139,16 @@ export interface NativeBinding {
   /** Opens the KVM device and reports what it can do. Throws KVM_UNAVAILABLE with the reason. */
   probe(devicePath?: string): HostProbe;
   Machine: new (config: NativeMachineConfig, onEvent: (event: NativeMachineEvent) => void) => NativeMachine;
+  /**
+   * Rebuilds a machine from the generation `current` names in dir, on a worker thread.
+   * Resolves to a machine in state 'created' (start() it). SNAPSHOT_INVALID for a corrupt or
+   * truncated snapshot, SNAPSHOT_INCOMPATIBLE for another host kind or CPU; no guest runs then.
+   */
+  restoreMachine(dir: string, onEvent: (event: NativeMachineEvent) => void): Promise<NativeMachine>;
+  /** What `new Machine(config, onEvent)` does (VM, RAM, devices, kernel load), on a worker thread. */
+  buildMachine(config: NativeMachineConfig, onEvent: (event: NativeMachineEvent) => void): Promise<NativeMachine>;
+  /** The state saved in dir's current generation, by part (as NativeMachine.stateParts names them). Reads one small file. */
+  describeSnapshot(dir: string): Record<string, Buffer>;
   /** Build facts: addon version, compiler, whether built with sanitizers. */
   buildInfo(): { version: string; compiler: string };
 }

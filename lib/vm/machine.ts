@@ -6,7 +6,10 @@
 // Machines never keep the event loop alive on their own: only a pending
 // promise (start, pause, a vsock connect) does.
 import { EventEmitter } from 'node:events';
+import { mkdtempSync } from 'node:fs';
 import net from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 
 import { InvalidArgumentError, TimeoutError, TorporError } from '../errors.js';
 import { loadNative } from '../native.js';
@@ -17,6 +20,7 @@ import type {
   NativeMachineEvent,
   NativeMachineState,
   NativeMachineStats,
+  NativeSnapshotResult,
 } from '../native-types.js';
 
 export interface MachineDisk {
@@ -54,6 +58,18 @@ export interface MachineOptions {
 export type MachineState = NativeMachineState;
 export type ExitReason = NativeExitReason;
 export type MachineStats = NativeMachineStats;
+/** What machine.snapshot() wrote. */
+export type SnapshotResult = NativeSnapshotResult;
+
+export interface SnapshotOptions {
+  /** Stop the machine once the generation is durable (default: it continues as it was). */
+  stop?: boolean;
+}
+
+export interface RestoreOptions {
+  /** State of the restored machine: 'running' (default) or 'paused' (resume() it later). */
+  state?: 'running' | 'paused';
+}
 
 export interface MachineEvents {
   console: [data: Buffer];
@@ -123,20 +139,130 @@ export class Machine extends EventEmitter<MachineEvents> {
   // Lifecycle calls run one after another, in call order.
   #queue: Promise<unknown> = Promise.resolve();
   #exit: { state: 'stopped' | 'failed'; reason: ExitReason } | undefined;
+  // Where the last generation was written or read: fork() captures a diff there.
+  #snapshotDir: string | undefined;
   // Console text seen so far, for waitForConsole (bounded).
   #seen = '';
   static readonly #SEEN_MAX = 1 << 20;
 
-  private constructor(opts: MachineOptions) {
+  private constructor(opts: MachineOptions | { restore: (onEvent: (ev: NativeMachineEvent) => void) => NativeMachine }) {
     super();
-    const cfg = toNativeConfig(opts);
-    const binding = loadNative();
-    this.#native = new binding.Machine(cfg, (ev: NativeMachineEvent) => this.#onEvent(ev));
+    const onEvent = (ev: NativeMachineEvent) => this.#onEvent(ev);
+    if ('restore' in opts) {
+      this.#native = opts.restore(onEvent);
+    } else {
+      const cfg = toNativeConfig(opts);
+      this.#native = new (loadNative().Machine)(cfg, onEvent);
+    }
   }
 
-  /** Builds the machine (VM, RAM, devices, vCPUs; kernel loaded). Nothing runs until start(). */
+  /**
+   * Builds the machine (VM, RAM, devices, vCPUs; kernel loaded). Nothing runs until start().
+   * Synchronous: the JS thread waits for KVM and the kernel file (about a millisecond for a small
+   * guest, tens of ms for a large kernel); build() does the same work on a worker thread.
+   */
   static create(opts: MachineOptions): Machine {
     return new Machine(opts);
+  }
+
+  /** create() on a worker thread: the JS thread never waits on KVM or on the kernel file. */
+  static async build(opts: MachineOptions): Promise<Machine> {
+    const cfg = toNativeConfig(opts);
+    let onEvent: ((ev: NativeMachineEvent) => void) | undefined;
+    const native = await loadNative().buildMachine(cfg, (ev) => onEvent?.(ev));
+    return new Machine({
+      restore: (handler) => {
+        onEvent = handler;
+        return native;
+      },
+    });
+  }
+
+  /**
+   * Restores the machine whose latest generation is in `dir` (written by snapshot(), in this
+   * process or another). The snapshot is validated before any guest runs: SNAPSHOT_INVALID for a
+   * corrupt, truncated or unknown-version file, SNAPSHOT_INCOMPATIBLE when it was taken on another
+   * host kind or CPU. Rebuilding and loading run on a worker thread. Resolves to a machine in
+   * state 'running' (default) or 'paused'. Its vsock connections are reset: reconnect.
+   */
+  static async restore(dir: string, opts: RestoreOptions = {}): Promise<Machine> {
+    checkString('dir', dir, true);
+    const want = opts.state ?? 'running';
+    if (want !== 'running' && want !== 'paused') throw new InvalidArgumentError(`state must be 'running' or 'paused'`);
+    let onEvent: ((ev: NativeMachineEvent) => void) | undefined;
+    const native = await loadNative().restoreMachine(dir, (ev) => onEvent?.(ev));
+    const m = new Machine({
+      restore: (handler) => {
+        onEvent = handler;
+        return native;
+      },
+    });
+    m.#snapshotDir = dir;
+    await m.#native.start(want === 'paused');
+    return m;
+  }
+
+  /**
+   * The state saved in `dir`'s current generation, by part (named as stateParts() names them),
+   * validated as a restore validates it. Diagnostics and round-trip tests; reads one small file.
+   */
+  static describeSnapshot(dir: string): Record<string, Buffer> {
+    checkString('dir', dir, true);
+    return loadNative().describeSnapshot(dir);
+  }
+
+  /**
+   * Writes a new generation of this machine into `dir`: the machine pauses (every vCPU out of the
+   * guest, devices quiesced), its state and memory (a full layer the first time, then the pages
+   * written since) are written on a worker thread, fsynced, and `dir/current` is switched to it
+   * atomically. Then the machine continues as it was (running or paused), or stops with
+   * `{ stop: true }`. Resolves to what was written, with the captured and durable times.
+   * Disks: each writable disk's overlay as it was becomes part of the generation (hard-linked
+   * into it, read-only; copied across filesystems) and a new top layer under `dir/tops/` takes
+   * the writes: do not reuse the old overlay path for another machine.
+   */
+  snapshot(dir: string, opts: SnapshotOptions = {}): Promise<SnapshotResult> {
+    checkString('dir', dir, true);
+    return this.#serial(async () => {
+      // A running machine continues as soon as it is captured, while the generation is written.
+      const resume = this.#native.state() === 'running' && !opts.stop;
+      const result = await this.#native.snapshot(dir, resume);
+      this.#snapshotDir = dir;
+      if (opts.stop) await this.#native.stop();
+      return result;
+    });
+  }
+
+  /**
+   * Forks `count` children from this machine: it pauses briefly while a generation is captured
+   * into `dir` (default: the directory of its last snapshot or restore, where only a diff is
+   * written; else a new temporary directory, kept: the children's layers live there), then continues; the children restore from that generation, running, sharing its memory
+   * image copy-on-write (MAP_PRIVATE of one file) and each writing its disks to a top layer of
+   * its own. Parent and children diverge from there.
+   */
+  async fork(count: number, dir?: string): Promise<Machine[]> {
+    checkInt('count', count, 1, 256);
+    const where = dir ?? this.#snapshotDir ?? mkdtempSync(join(tmpdir(), 'torpor-fork-'));
+    await this.snapshot(where);
+    return Promise.all(Array.from({ length: count }, () => Machine.restore(where)));
+  }
+
+  /**
+   * The state a capture would save, by named part (vm.pit, vm.clock, vm.irqchip0..2, vcpu<i>.regs,
+   * vcpu<i>.lapic, vcpu<i>.msr.0x<index>, dev.<name>@<base>, ...). The machine must be paused.
+   * Round-trip tests and diagnostics.
+   */
+  stateParts(): Record<string, Buffer> {
+    return this.#native.stateParts();
+  }
+
+  /** Pages written since the last generation (by the guest or the devices). Diagnostics and tests. */
+  dirtyPageCount(): number {
+    return this.#native.dirtyPageCount();
+  }
+  /** The same pages as a bitmap: bit i (byte i >> 3, bit i & 7) is RAM's linear page i. */
+  dirtyPageBitmap(): Buffer {
+    return this.#native.dirtyPageBitmap();
   }
 
   #onEvent(ev: NativeMachineEvent): void {

@@ -17,6 +17,7 @@ class Machine;
 
 struct AddonState {
   Napi::FunctionReference error_factory;
+  Napi::FunctionReference machine_ctor;  // MachineWrap's class, for machines built on a worker (restore)
 };
 
 AddonState* addon_state(Napi::Env env);

@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <functional>
+
 #include "addon/addon_state.h"
 #include "addon/js_values.h"
 #include "common/error.h"
@@ -69,6 +71,10 @@ Napi::Function MachineWrap::define(Napi::Env env) {
   return DefineClass(env, "Machine",
                      {
                          InstanceMethod<&MachineWrap::start>("start"),
+                         InstanceMethod<&MachineWrap::snapshot>("snapshot"),
+                         InstanceMethod<&MachineWrap::dirty_page_count>("dirtyPageCount"),
+                         InstanceMethod<&MachineWrap::state_parts>("stateParts"),
+                         InstanceMethod<&MachineWrap::dirty_page_bitmap>("dirtyPageBitmap"),
                          InstanceMethod<&MachineWrap::pause>("pause"),
                          InstanceMethod<&MachineWrap::resume>("resume"),
                          InstanceMethod<&MachineWrap::stop>("stop"),
@@ -87,31 +93,261 @@ Napi::Function MachineWrap::define(Napi::Env env) {
 MachineWrap::MachineWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<MachineWrap>(info), env_(info.Env()) {
   Napi::Env env = info.Env();
   guarded(env, [&]() -> Napi::Value {
-    MachineConfig cfg = parse_config(info[0]);
-    if (!info[1].IsFunction()) throw Error(code::kInvalidArgument, "onEvent must be a function");
-    console_ring_bytes_ = cfg.console_ring_bytes;
-    handle_ = std::make_shared<Handle>();
-    bridge_ = std::make_shared<EventBridge>(env, info[1].As<Napi::Function>());
-
-    Machine::Callbacks cb;
-    auto bridge = bridge_;
-    auto handle = handle_;
-    cb.console_pending = [bridge, handle] {
-      bridge->post([handle](Napi::Env env, Napi::Function fn) {
-        if (handle->wrap) handle->wrap->drain_console(env, fn);
-      });
-    };
-    cb.exited = [bridge, handle](MachineState state, const ExitReason& reason) {
-      bridge->post([handle, state, reason](Napi::Env env, Napi::Function fn) {
-        if (handle->wrap) handle->wrap->deliver_exit(env, fn, state, reason);
-      });
-    };
-    machine_ = std::make_unique<Machine>(cfg, std::move(cb));
+    if (info[0].IsExternal()) {
+      // Built on a worker (restoreMachine): adopt it.
+      Adopt* a = info[0].As<Napi::External<Adopt>>().Data();
+      handle_ = std::move(a->handle);
+      bridge_ = std::move(a->bridge);
+      machine_ = std::move(a->machine);
+      console_ring_bytes_ = machine_->console().capacity();
+    } else {
+      MachineConfig cfg = parse_config(info[0]);
+      if (!info[1].IsFunction()) throw Error(code::kInvalidArgument, "onEvent must be a function");
+      console_ring_bytes_ = cfg.console_ring_bytes;
+      handle_ = std::make_shared<Handle>();
+      bridge_ = std::make_shared<EventBridge>(env, info[1].As<Napi::Function>());
+      machine_ = std::make_unique<Machine>(cfg, make_callbacks(bridge_, handle_));
+    }
     handle_->wrap = this;
     register_live_machine(machine_.get());
     // After the thread-safe function exists: hooks run last-in first-out.
     if (napi_add_env_cleanup_hook(env, cleanup_hook, this) == napi_ok) hook_registered_ = true;
     return env.Undefined();
+  });
+}
+
+Machine::Callbacks MachineWrap::make_callbacks(const std::shared_ptr<EventBridge>& bridge,
+                                              const std::shared_ptr<Handle>& handle) {
+  Machine::Callbacks cb;
+  cb.console_pending = [bridge, handle] {
+    bridge->post([handle](Napi::Env env, Napi::Function fn) {
+      if (handle->wrap) handle->wrap->drain_console(env, fn);
+    });
+  };
+  cb.exited = [bridge, handle](MachineState state, const ExitReason& reason) {
+    bridge->post([handle, state, reason](Napi::Env env, Napi::Function fn) {
+      if (handle->wrap) handle->wrap->deliver_exit(env, fn, state, reason);
+    });
+  };
+  return cb;
+}
+
+namespace {
+
+Napi::Object snapshot_object(Napi::Env env, const CaptureResult& r) {
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("generation", static_cast<double>(r.generation));
+  o.Set("bytes", static_cast<double>(r.bytes));
+  o.Set("dirtyPages", static_cast<double>(r.dirty_pages));
+  o.Set("fullLayer", r.full_layer);
+  o.Set("capturedMs", r.captured_ms);
+  o.Set("durableMs", r.durable_ms);
+  return o;
+}
+
+// Runs a blocking call on libuv's thread pool and keeps its error's code
+// (Napi::AsyncWorker's own error path keeps only the message).
+class CodedWorker : public Napi::AsyncWorker {
+ protected:
+  using Napi::AsyncWorker::AsyncWorker;
+  template <typename F>
+  void run(F&& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      code_ = e.code();
+      message_ = e.what();
+    } catch (const std::exception& e) {
+      code_ = code::kInternal;
+      message_ = e.what();
+    }
+  }
+  std::string code_, message_;
+};
+
+// Captures a paused machine into a directory (fdatasync included).
+class CaptureWorker final : public CodedWorker {
+ public:
+  CaptureWorker(Napi::Env env, Napi::Object self, MachineWrap* wrap, uint64_t id, std::string dir, bool resume)
+      : CodedWorker(env, "torpor.capture"), self_(Napi::Persistent(self)), wrap_(wrap), machine_(wrap->machine_ptr()),
+        id_(id), dir_(std::move(dir)), resume_(resume) {}
+  void Execute() override {
+    bool resumed = false;
+    run([&] {
+      result_ = machine_->capture(dir_, [&] {
+        // Captured: the machine continues while the generation is written.
+        resumed = true;
+        if (!resume_) return;
+        try {
+          machine_->resume();
+        } catch (...) {
+          // Ended meanwhile (the guest, or a stop): nothing to continue.
+        }
+      });
+    });
+    if (resume_ && !resumed) {
+      try {
+        machine_->resume();  // the capture failed before its copy: continue as before
+      } catch (...) {
+      }
+    }
+  }
+  void OnOK() override {
+    Napi::Env env = Env();
+    wrap_->settle(env, id_, code_, message_, code_.empty() ? Napi::Value(snapshot_object(env, result_)) : env.Undefined());
+  }
+
+ private:
+  Napi::ObjectReference self_;  // keeps the wrap (and its machine) alive while the capture runs
+  MachineWrap* wrap_;
+  Machine* machine_;
+  uint64_t id_;
+  std::string dir_;
+  bool resume_;
+  CaptureResult result_;
+};
+
+// Builds a machine on the thread pool (Machine::restore, or the constructor
+// for build()), then the JS object around it on the JS thread.
+class BuildWorker final : public CodedWorker {
+ public:
+  using Builder = std::function<std::unique_ptr<Machine>(Machine::Callbacks)>;
+  BuildWorker(Napi::Env env, Builder build, std::shared_ptr<EventBridge> bridge,
+              std::shared_ptr<MachineWrap::Handle> handle, Napi::Promise::Deferred deferred)
+      : CodedWorker(env, "torpor.build"), build_(std::move(build)), bridge_(std::move(bridge)), handle_(std::move(handle)),
+        deferred_(deferred) {}
+  void Execute() override {
+    run([&] { machine_ = build_(MachineWrap::make_callbacks(bridge_, handle_)); });
+  }
+  void OnOK() override {
+    Napi::Env env = Env();
+    bridge_->release_hold(env);
+    if (!code_.empty()) {
+      bridge_->close();
+      deferred_.Reject(make_js_error(env, code_.c_str(), message_).Value());
+      return;
+    }
+    MachineWrap::Adopt adopt{std::move(machine_), bridge_, handle_};
+    napi_value obj;
+    napi_value arg = Napi::External<MachineWrap::Adopt>::New(env, &adopt);
+    napi_value ctor = addon_state(env)->machine_ctor.Value();
+    if (napi_new_instance(env, ctor, 1, &arg, &obj) != napi_ok) {
+      Napi::Value err = env.GetAndClearPendingException().Value();
+      if (adopt.machine) adopt.machine->release(false);
+      bridge_->close();
+      deferred_.Reject(err);
+      return;
+    }
+    deferred_.Resolve(obj);
+  }
+
+ private:
+  Builder build_;
+  std::shared_ptr<EventBridge> bridge_;
+  std::shared_ptr<MachineWrap::Handle> handle_;
+  Napi::Promise::Deferred deferred_;
+  std::unique_ptr<Machine> machine_;
+};
+
+}  // namespace
+
+Napi::Value MachineWrap::restore_machine(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guarded(env, [&]() -> Napi::Value {
+    if (!info[0].IsString()) throw Error(code::kInvalidArgument, "restoreMachine: dir must be a string");
+    if (!info[1].IsFunction()) throw Error(code::kInvalidArgument, "onEvent must be a function");
+    std::string dir = info[0].As<Napi::String>().Utf8Value();
+    return queue_build(env, info[1].As<Napi::Function>(),
+                       [dir](Machine::Callbacks cb) { return Machine::restore(dir, std::move(cb)); });
+  });
+}
+
+Napi::Value MachineWrap::build_machine(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guarded(env, [&]() -> Napi::Value {
+    MachineConfig cfg = parse_config(info[0]);  // on the JS thread: it reads JS values
+    if (!info[1].IsFunction()) throw Error(code::kInvalidArgument, "onEvent must be a function");
+    return queue_build(env, info[1].As<Napi::Function>(),
+                       [cfg](Machine::Callbacks cb) { return std::make_unique<Machine>(cfg, std::move(cb)); });
+  });
+}
+
+Napi::Value MachineWrap::queue_build(Napi::Env env, Napi::Function on_event,
+                                     std::function<std::unique_ptr<Machine>(Machine::Callbacks)> build) {
+  auto bridge = std::make_shared<EventBridge>(env, on_event);
+  auto handle = std::make_shared<Handle>();
+  auto deferred = Napi::Promise::Deferred::New(env);
+  bridge->hold(env);
+  (new BuildWorker(env, std::move(build), bridge, handle, deferred))->Queue();
+  return deferred.Promise();
+}
+
+Napi::Value MachineWrap::snapshot(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guarded(env, [&]() -> Napi::Value {
+    Machine& m = live_machine();
+    if (!info[0].IsString()) throw Error(code::kInvalidArgument, "snapshot: dir must be a string");
+    std::string dir = info[0].As<Napi::String>().Utf8Value();
+    bool resume = info[1].IsBoolean() && info[1].As<Napi::Boolean>().Value();
+    auto [id, promise] = new_promise(env);
+    auto bridge = bridge_;
+    auto handle = handle_;
+    Machine::Done after_pause = [bridge, handle, id, dir, resume](const char* code, const std::string& message) {
+      std::string c = code ? code : "";
+      bridge->post([handle, id, c, message, dir, resume](Napi::Env env, Napi::Function) {
+        if (!handle->wrap) return;
+        if (!c.empty())
+          handle->wrap->settle(env, id, c, message, env.Undefined());
+        else
+          handle->wrap->queue_capture(env, id, dir, resume);
+      });
+    };
+    try {
+      m.pause(std::move(after_pause));
+    } catch (const Error& e) {
+      settle(env, id, e.code(), e.what(), env.Undefined());
+    }
+    return promise;
+  });
+}
+
+void MachineWrap::queue_capture(Napi::Env env, uint64_t id, const std::string& dir, bool resume) {
+  if (torn_down_ || stopping_ || !machine_ || machine_->released()) {
+    settle(env, id, code::kInvalidState, "the machine was stopped before its capture", env.Undefined());
+    return;
+  }
+  (new CaptureWorker(env, Value(), this, id, dir, resume))->Queue();
+}
+
+Napi::Value MachineWrap::state_parts(const Napi::CallbackInfo& info) {
+  return guarded(info.Env(), [&]() -> Napi::Value {
+    Napi::Object o = Napi::Object::New(info.Env());
+    for (auto& [name, bytes] : live_machine().state_parts())
+      o.Set(name, Napi::Buffer<uint8_t>::Copy(info.Env(), bytes.data(), bytes.size()));
+    return o;
+  });
+}
+
+Napi::Value MachineWrap::describe_snapshot(const Napi::CallbackInfo& info) {
+  return guarded(info.Env(), [&]() -> Napi::Value {
+    if (!info[0].IsString()) throw Error(code::kInvalidArgument, "describeSnapshot: dir must be a string");
+    Napi::Object o = Napi::Object::New(info.Env());
+    for (auto& [name, bytes] : Machine::snapshot_parts(info[0].As<Napi::String>().Utf8Value()))
+      o.Set(name, Napi::Buffer<uint8_t>::Copy(info.Env(), bytes.data(), bytes.size()));
+    return o;
+  });
+}
+
+Napi::Value MachineWrap::dirty_page_bitmap(const Napi::CallbackInfo& info) {
+  return guarded(info.Env(), [&]() -> Napi::Value {
+    auto bits = live_machine().dirty_page_bitmap();
+    return Napi::Buffer<uint8_t>::Copy(info.Env(), reinterpret_cast<const uint8_t*>(bits.data()), bits.size() * 8);
+  });
+}
+
+Napi::Value MachineWrap::dirty_page_count(const Napi::CallbackInfo& info) {
+  return guarded(info.Env(), [&]() -> Napi::Value {
+    return Napi::Number::New(info.Env(), static_cast<double>(live_machine().dirty_page_count()));
   });
 }
 
@@ -150,6 +386,7 @@ void MachineWrap::teardown(bool defer_kvm) {
 
 Machine& MachineWrap::live_machine() {
   if (torn_down_ || !machine_) throw Error(code::kInvalidState, "the machine was torn down");
+  if (stopping_) throw Error(code::kInvalidState, "the machine was stopped: its memory, devices and vsock were released");
   if (machine_->released())
     throw Error(code::kInvalidState, "the machine was stopped: its memory, devices and vsock were released");
   return *machine_;
@@ -198,9 +435,10 @@ Napi::Value MachineWrap::start(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   return guarded(env, [&]() -> Napi::Value {
     Machine& m = live_machine();
+    bool paused = info[0].IsBoolean() && info[0].As<Napi::Boolean>().Value();
     auto [id, promise] = new_promise(env);
     try {
-      m.start(completion(id));
+      m.start(completion(id), paused);
     } catch (const Error& e) {
       settle(env, id, e.code(), e.what(), env.Undefined());
       return promise;
@@ -238,17 +476,53 @@ Napi::Value MachineWrap::resume(const Napi::CallbackInfo& info) {
   });
 }
 
+namespace {
+
+// stop() and release() on the thread pool: joining the vCPU and I/O threads,
+// closing the devices' files (a disk overlay's final flush) never block JS.
+class StopWorker final : public Napi::AsyncWorker {
+ public:
+  StopWorker(Napi::Env env, Napi::Object self, Machine* machine, Napi::Promise::Deferred deferred)
+      : Napi::AsyncWorker(env, "torpor.stop"), self_(Napi::Persistent(self)), machine_(machine), deferred_(deferred) {}
+  void Execute() override {
+    try {
+      // One call, one hold of the machine's stop lock: stops, then gives back
+      // fds, RAM and threads now, not at garbage collection.
+      reason_ = machine_->release();
+    } catch (const std::exception& e) {
+      reason_.kind = "internal-error";
+      reason_.message = e.what();
+    }
+  }
+  void OnOK() override {
+    Napi::Object o = Napi::Object::New(Env());
+    o.Set("kind", reason_.kind);
+    o.Set("message", reason_.message);
+    o.Set("consoleTail", reason_.console_tail);
+    deferred_.Resolve(o);
+  }
+
+ private:
+  Napi::ObjectReference self_;  // keeps the wrap and its machine alive until done
+  Machine* machine_;
+  Napi::Promise::Deferred deferred_;
+  ExitReason reason_;
+};
+
+}  // namespace
+
 Napi::Value MachineWrap::stop(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   return guarded(env, [&]() -> Napi::Value {
     auto d = Napi::Promise::Deferred::New(env);
-    if (!machine_) {
+    if (!machine_ || torn_down_) {
       d.Reject(make_js_error(env, code::kInvalidState, "the machine was torn down").Value());
       return d.Promise();
     }
-    ExitReason r = machine_->stop();
-    machine_->release();  // now, not at garbage collection: fds, RAM, threads
-    d.Resolve(reason_object(env, r));
+    // From here the calls that touch guest memory, devices or vsock refuse
+    // (INVALID_STATE) while the worker releases them.
+    stopping_ = true;
+    (new StopWorker(env, Value(), machine_.get(), d))->Queue();
     return d.Promise();
   });
 }
@@ -310,7 +584,7 @@ Napi::Value MachineWrap::vsock_connect(const Napi::CallbackInfo& info) {
     if (!info[1].IsUndefined()) timeout = static_cast<uint32_t>(js::to_uint(info[1], "timeoutMs", 1, 3600000));
     VsockHost* host = m.vsock();
     if (!host) throw Error(code::kInvalidState, "this machine has no vsock device (set vsockCid)");
-    if (m.state() != MachineState::Running && m.state() != MachineState::Paused)
+    if (m.state() != MachineState::Running && m.state() != MachineState::Pausing && m.state() != MachineState::Paused)
       throw Error(code::kInvalidState, std::string("vsockConnect: machine is ") + machine_state_name(m.state()));
     auto [id, promise] = new_promise(env);
     auto bridge = bridge_;

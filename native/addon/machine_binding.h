@@ -10,6 +10,7 @@
 
 #include "addon/napi_config.h"
 
+#include <functional>
 #include <memory>
 #include <unordered_map>
 
@@ -24,12 +25,39 @@ class MachineWrap : public Napi::ObjectWrap<MachineWrap> {
   explicit MachineWrap(const Napi::CallbackInfo& info);
   ~MachineWrap() override;
 
- private:
+  // restoreMachine(dir, onEvent): Machine::restore on a worker thread, then
+  // a MachineWrap adopting the result on the JS thread.
+  static Napi::Value restore_machine(const Napi::CallbackInfo& info);
+  // buildMachine(config, onEvent): the constructor's work (VM, RAM, devices,
+  // kernel load) on a worker thread.
+  static Napi::Value build_machine(const Napi::CallbackInfo& info);
+  static Napi::Value queue_build(Napi::Env env, Napi::Function on_event,
+                                 std::function<std::unique_ptr<Machine>(Machine::Callbacks)> build);
+  // describeSnapshot(dir): the saved state by part (diagnostics and tests).
+  static Napi::Value describe_snapshot(const Napi::CallbackInfo& info);
+
   struct Handle {
     MachineWrap* wrap = nullptr;  // touched on the JS thread only
   };
+  // What a MachineWrap built around an existing machine adopts (passed as an External).
+  struct Adopt {
+    std::unique_ptr<Machine> machine;
+    std::shared_ptr<EventBridge> bridge;
+    std::shared_ptr<Handle> handle;
+  };
+  static Machine::Callbacks make_callbacks(const std::shared_ptr<EventBridge>& bridge,
+                                           const std::shared_ptr<Handle>& handle);
+  Machine* machine_ptr() { return machine_.get(); }
+  void settle(Napi::Env env, uint64_t id, const std::string& code, const std::string& message, Napi::Value value);
+
+ private:
 
   Napi::Value start(const Napi::CallbackInfo& info);
+  Napi::Value snapshot(const Napi::CallbackInfo& info);
+  Napi::Value dirty_page_count(const Napi::CallbackInfo& info);
+  Napi::Value state_parts(const Napi::CallbackInfo& info);
+  Napi::Value dirty_page_bitmap(const Napi::CallbackInfo& info);
+  void queue_capture(Napi::Env env, uint64_t id, const std::string& dir, bool resume);
   Napi::Value pause(const Napi::CallbackInfo& info);
   Napi::Value resume(const Napi::CallbackInfo& info);
   Napi::Value stop(const Napi::CallbackInfo& info);
@@ -46,7 +74,6 @@ class MachineWrap : public Napi::ObjectWrap<MachineWrap> {
   Machine& live_machine();  // throws INVALID_STATE after teardown or release
   Machine& any_machine();   // also a released machine (state, console tail, stats)
   std::pair<uint64_t, Napi::Promise> new_promise(Napi::Env env);
-  void settle(Napi::Env env, uint64_t id, const std::string& code, const std::string& message, Napi::Value value);
   Machine::Done completion(uint64_t id);
   void drain_console(Napi::Env env, Napi::Function on_event);
   void deliver_exit(Napi::Env env, Napi::Function on_event, MachineState state, const ExitReason& reason);
@@ -65,6 +92,7 @@ class MachineWrap : public Napi::ObjectWrap<MachineWrap> {
   size_t console_ring_bytes_ = 64 * 1024;
   bool hook_registered_ = false;
   bool torn_down_ = false;
+  bool stopping_ = false;  // stop() was called: the worker releases the machine
 };
 
 }  // namespace torpor

@@ -29,7 +29,12 @@ Napi::Object init(Napi::Env env, Napi::Object exports) {
   exports.Set("setErrorFactory", Napi::Function::New(env, set_error_factory, "setErrorFactory"));
   exports.Set("probe", Napi::Function::New(env, probe_binding, "probe"));
   exports.Set("buildInfo", Napi::Function::New(env, build_info, "buildInfo"));
-  exports.Set("Machine", MachineWrap::define(env));
+  Napi::Function machine = MachineWrap::define(env);
+  addon_state(env)->machine_ctor = Napi::Persistent(machine);
+  exports.Set("Machine", machine);
+  exports.Set("restoreMachine", Napi::Function::New(env, MachineWrap::restore_machine, "restoreMachine"));
+  exports.Set("buildMachine", Napi::Function::New(env, MachineWrap::build_machine, "buildMachine"));
+  exports.Set("describeSnapshot", Napi::Function::New(env, MachineWrap::describe_snapshot, "describeSnapshot"));
   return exports;
 }
 

@@ -60,6 +60,15 @@ inline constexpr const char* kBuildKind = "no sanitizers";
     }                                                                                    \
   } while (0)
 
+// For strings (CHECK_EQ prints with unary +, which strings lack).
+#define CHECK_STR_EQ(a, b)                                                                      \
+  do {                                                                                          \
+    std::string _sa = (a);                                                                      \
+    std::string _sb = (b);                                                                      \
+    if (_sa != _sb)                                                                             \
+      ::torpor_test::fail(__FILE__, __LINE__, "CHECK_STR_EQ(" #a ", " #b "): '" + _sa + "' != '" + _sb + "'"); \
+  } while (0)
+
 // Expects `expr` to throw torpor::Error with the given code.
 #define CHECK_THROWS_CODE(expr, code_str)                                                  \
   do {                                                                                     \

@@ -40,6 +40,15 @@ void Console::write(const uint8_t* data, size_t len) {
   if (notify && on_pending_) on_pending_();
 }
 
+void Console::seed(const uint8_t* data, size_t len) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t i = 0; i < len; i++) {
+    ring_[ring_head_] = data[i];
+    ring_head_ = (ring_head_ + 1) % ring_.size();
+  }
+  ring_used_ = std::min(ring_.size(), ring_used_ + len);
+}
+
 std::vector<uint8_t> Console::tail(size_t max) const {
   std::lock_guard<std::mutex> lock(mu_);
   size_t n = std::min(max, ring_used_);

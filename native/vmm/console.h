@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "vmm/fd.h"
+#include "base/fd.h"
 
 namespace torpor {
 
@@ -30,6 +30,10 @@ class Console {
   // a backlog beyond kPendingMax are dropped).
   std::vector<uint8_t> take_pending();
   uint64_t total_bytes() const;
+  size_t capacity() const { return ring_.size(); }
+  // History from before a restore: into the ring only (tail() shows it; it
+  // is not pending output and not logged again).
+  void seed(const uint8_t* data, size_t len);
   // Closes the log file (the machine was released); later writes only reach the ring.
   void close_log();
 

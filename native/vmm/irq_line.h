@@ -9,7 +9,7 @@
 #include <mutex>
 
 #include "devices/device.h"
-#include "vmm/fd.h"
+#include "base/fd.h"
 #include "vmm/kvm.h"
 
 namespace torpor {

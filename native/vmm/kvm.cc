@@ -138,6 +138,16 @@ void KvmVm::set_user_memory_region(uint32_t slot, uint64_t gpa, uint64_t size, v
     throw_sys_error(code::kInternal, "KVM_SET_USER_MEMORY_REGION slot " + std::to_string(slot));
 }
 
+void KvmVm::get_dirty_log(uint32_t slot, std::vector<uint64_t>& bitmap) {
+  std::vector<uint64_t> log(bitmap.size(), 0);
+  kvm_dirty_log d{};
+  d.slot = slot;
+  d.dirty_bitmap = log.data();
+  if (xioctl(fd_.get(), KVM_GET_DIRTY_LOG, reinterpret_cast<unsigned long>(&d)) < 0)
+    throw_sys_error(code::kInternal, "KVM_GET_DIRTY_LOG slot " + std::to_string(slot));
+  for (size_t i = 0; i < log.size(); i++) bitmap[i] |= log[i];
+}
+
 void KvmVm::irq_line(uint32_t gsi, bool level) {
   kvm_irq_level l{};
   l.irq = gsi;

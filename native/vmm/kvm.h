@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "vmm/fd.h"
+#include "base/fd.h"
 
 namespace torpor {
 
@@ -53,6 +53,10 @@ class KvmVm {
   void create_irqchip();
   void create_pit2();
   void set_user_memory_region(uint32_t slot, uint64_t gpa, uint64_t size, void* host, uint32_t flags);
+  // KVM_GET_DIRTY_LOG of a slot logging dirty pages: ORs the pages the guest
+  // wrote since the last call into `bitmap` (one bit per page; bitmap sized
+  // for the slot, rounded up to 64 pages) and clears KVM's copy.
+  void get_dirty_log(uint32_t slot, std::vector<uint64_t>& bitmap);
   // KVM_IRQ_LINE: level of a GSI.
   void irq_line(uint32_t gsi, bool level);
   // Binds an eventfd to a GSI (edge: every write is one interrupt).

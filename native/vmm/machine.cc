@@ -13,6 +13,8 @@
 #include "common/error.h"
 #include "devices/i8042/i8042.h"
 #include "devices/serial/serial_8250.h"
+#include "snapshot/disk_layers.h"
+#include "vmm/machine_snapshot.h"
 #include "vmm/reaper.h"
 #include "vmm/x86_64/boot.h"
 #include "vmm/x86_64/cpuid.h"
@@ -20,15 +22,6 @@
 #include "vmm/x86_64/vcpu_init.h"
 
 namespace torpor {
-
-// The virtio factories live in devices/virtio/; weak references let the VMM
-// link (and run machines without virtio devices) in a tree where one of them
-// is not built yet. With the devices present these are ordinary calls.
-std::unique_ptr<VirtioMmioDevice> make_virtio_blk(GuestMemory&, IrqLine&, EventLoop&, const BlkOptions&)
-    __attribute__((weak));
-std::unique_ptr<VirtioMmioDevice> make_virtio_rng(GuestMemory&, IrqLine&, EventLoop&) __attribute__((weak));
-std::unique_ptr<VirtioMmioDevice> make_virtio_vsock(GuestMemory&, IrqLine&, EventLoop&, const VsockOptions&,
-                                                    VsockHost**) __attribute__((weak));
 
 namespace {
 
@@ -77,6 +70,7 @@ const char* machine_state_name(MachineState s) {
   switch (s) {
     case MachineState::Created: return "created";
     case MachineState::Running: return "running";
+    case MachineState::Pausing: return "pausing";
     case MachineState::Paused: return "paused";
     case MachineState::Stopped: return "stopped";
     case MachineState::Failed: return "failed";
@@ -84,8 +78,11 @@ const char* machine_state_name(MachineState s) {
   return "failed";
 }
 
-Machine::Machine(const MachineConfig& cfg, Callbacks callbacks)
+Machine::Machine(const MachineConfig& cfg, Callbacks callbacks) : Machine(cfg, std::move(callbacks), nullptr) {}
+
+Machine::Machine(const MachineConfig& cfg, Callbacks callbacks, RestorePlan* plan)
     : callbacks_(std::move(callbacks)), created_at_(std::chrono::steady_clock::now()) {
+  config_ = cfg;
   host_kind_ = detect_host_kind();
   kvm_ = std::make_unique<KvmSystem>(cfg.kvm_device);
   for (auto [cap, name] : {std::pair{KVM_CAP_IRQCHIP, "irqchip"}, {KVM_CAP_PIT2, "pit2"},
@@ -106,7 +103,10 @@ Machine::Machine(const MachineConfig& cfg, Callbacks callbacks)
   // Memory slots before the in-kernel irqchip: measured on PVM, registering a
   // slot once the irqchip exists costs ~7.5 ms (512 MiB, or 64 MiB), before
   // it ~0.8 ms.
-  ram_ = std::make_unique<GuestRam>(*vm_, cfg.memory_mib * x86::kMiB);
+  if (plan)
+    ram_ = restore_ram(*vm_, *plan);
+  else
+    ram_ = std::make_unique<GuestRam>(*vm_, cfg.memory_mib * x86::kMiB);
   vm_->create_irqchip();
   vm_->create_pit2();
   loop_ = std::make_unique<EventLoop>();
@@ -128,13 +128,17 @@ Machine::Machine(const MachineConfig& cfg, Callbacks callbacks)
     return std::make_unique<KvmIrqLine>(*vm_, gsi, have_irqfd);
   };
   for (const auto& disk : cfg.disks) {
-    if (!make_virtio_blk) throw Error(code::kInvalidArgument, "this build has no virtio-blk device");
     auto irq = next_irq();
-    auto dev = make_virtio_blk(ram_->memory(), *irq, *loop_, disk);
+    // A restored disk: base, the overlays earlier generations froze, a new top.
+    auto dev = disk.frozen_overlays.empty()
+                   ? make_virtio_blk(ram_->memory(), *irq, *loop_, disk)
+                   : make_virtio_blk_on(ram_->memory(), *irq, *loop_,
+                                        open_disk_chain(disk.base_path, disk.frozen_overlays, disk.overlay_path,
+                                                        disk.size_bytes),
+                                        disk);
     add_virtio(std::move(dev), std::move(irq));
   }
   if (cfg.vsock_cid) {
-    if (!make_virtio_vsock) throw Error(code::kInvalidArgument, "this build has no virtio-vsock device");
     auto irq = next_irq();
     VsockOptions opts;
     opts.guest_cid = *cfg.vsock_cid;
@@ -142,7 +146,6 @@ Machine::Machine(const MachineConfig& cfg, Callbacks callbacks)
     add_virtio(std::move(dev), std::move(irq));
   }
   if (cfg.rng) {
-    if (!make_virtio_rng) throw Error(code::kInvalidArgument, "this build has no virtio-rng device");
     auto irq = next_irq();
     auto dev = make_virtio_rng(ram_->memory(), *irq, *loop_);
     add_virtio(std::move(dev), std::move(irq));
@@ -179,6 +182,10 @@ Machine::Machine(const MachineConfig& cfg, Callbacks callbacks)
   }
   while (!cmdline_.empty() && cmdline_.front() == ' ') cmdline_.erase(cmdline_.begin());
 
+  if (plan) {
+    load_state(*plan);
+    return;
+  }
   x86::BootConfig boot;
   boot.kernel_path = cfg.kernel;
   boot.initrd_path = cfg.initrd;
@@ -199,7 +206,10 @@ Machine::Machine(const MachineConfig& cfg, Callbacks callbacks)
   }
 }
 
-Machine::~Machine() { stop(); }
+Machine::~Machine() {
+  stop();
+  if (merge_ && merge_->thread.joinable()) merge_->thread.join();
+}
 
 void Machine::add_virtio(std::unique_ptr<VirtioMmioDevice> dev, std::unique_ptr<KvmIrqLine> irq) {
   if (!dev) throw Error(code::kInternal, "virtio device factory returned nothing");
@@ -212,22 +222,37 @@ void Machine::add_virtio(std::unique_ptr<VirtioMmioDevice> dev, std::unique_ptr<
   virtio_.push_back(std::move(slot));
 }
 
-void Machine::start(Done done) {
+void Machine::start(Done done, bool paused) {
   std::unique_lock<std::mutex> lock(mu_);
   if (state_ != MachineState::Created)
     throw Error(code::kInvalidState, std::string("start: machine is ") + machine_state_name(state_));
-  state_ = MachineState::Running;
+  state_ = paused ? MachineState::Pausing : MachineState::Running;
   threads_started_ = true;
-  start_waiters_.push_back(std::move(done));
+  auto& waiters = paused ? pause_waiters_ : start_waiters_;
+  waiters.push_back(std::move(done));
+  if (paused) {
+    parked_ = 0;
+    pause_seq_++;
+  }
+  // Starting paused: the devices are quiesced before the I/O thread runs, so
+  // what a restore queued (re-kicks of live queues, the vsock transport
+  // reset) waits for resume() and the paused state is the captured one.
+  if (paused) set_devices_quiesced(true);
   try {
     loop_->start();
     loop_->post([] { pthread_setname_np(pthread_self(), "torpor-io"); });
-    for (auto& v : vcpus_) v->start(Vcpu::Command::Run);
+    // A restored guest's vsock connections are gone (host sockets are not
+    // saved): the transport-reset event tells its driver to drop them too.
+    if (restored_ && vsock_host_) vsock_host_->transport_reset();
+    for (auto& v : vcpus_) {
+      v->start(paused ? Vcpu::Command::Pause : Vcpu::Command::Run);
+      if (paused) v->send(Vcpu::Command::Pause);  // numbered like any pause: acknowledged once parked
+    }
   } catch (const std::exception& e) {
     // std::thread throws when the process is out of threads. The caller gets
     // the error now (so its Done is taken back, not called); the threads
     // that did start are told to stop, and stop() finishes the machine.
-    start_waiters_.pop_back();
+    waiters.pop_back();
     std::string why = std::string("could not start the machine's threads: ") + e.what();
     end_locked(true, "internal-error", why);
     throw Error(code::kInternal, why, EAGAIN);
@@ -241,11 +266,11 @@ void Machine::pause(Done done) {
     done(nullptr, "");
     return;
   }
-  if (state_ != MachineState::Running && state_ != MachineState::Paused)
+  if (state_ != MachineState::Running && state_ != MachineState::Pausing)
     throw Error(code::kInvalidState, std::string("pause: machine is ") + machine_state_name(state_));
   pause_waiters_.push_back(std::move(done));
-  if (state_ == MachineState::Paused) return;  // a pause is in flight: same completion
-  state_ = MachineState::Paused;
+  if (state_ == MachineState::Pausing) return;  // a pause is in flight: same completion
+  state_ = MachineState::Pausing;
   parked_ = 0;
   pause_seq_++;
   for (auto& v : vcpus_) v->send(Vcpu::Command::Pause);
@@ -256,10 +281,14 @@ void Machine::resume() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (state_ == MachineState::Running) return;
-    if (state_ != MachineState::Paused)
+    if (state_ != MachineState::Paused && state_ != MachineState::Pausing)
       throw Error(code::kInvalidState, std::string("resume: machine is ") + machine_state_name(state_));
     state_ = MachineState::Running;
     abandoned.swap(pause_waiters_);
+    // Devices re-armed on the I/O thread, after any quiesce posted before
+    // (the loop runs posted closures in order). A vCPU kick that arrives
+    // before that is held by its transport and served by unquiesce.
+    loop_->post([this] { set_devices_quiesced(false); });
     for (auto& v : vcpus_) v->send(Vcpu::Command::Run);
   }
   for (auto& d : abandoned) d(code::kInvalidState, "resumed before the pause completed");
@@ -290,10 +319,13 @@ ExitReason Machine::stop_locked() {
   return reason_;
 }
 
-void Machine::release(bool defer_kvm) {
+ExitReason Machine::release(bool defer_kvm) {
   std::lock_guard<std::mutex> serial(stop_mu_);
-  stop_locked();
-  if (released_.load()) return;
+  ExitReason reason = stop_locked();
+  if (released_.load()) return reason;
+  // A chain merge reads only layer files: let it finish, then forget it.
+  if (merge_ && merge_->thread.joinable()) merge_->thread.join();
+  merge_.reset();
   // Every vCPU thread is joined and the I/O thread stopped: nothing else
   // touches the devices, the buses or guest memory any more.
   final_stats_ = collect_stats();
@@ -312,8 +344,12 @@ void Machine::release(bool defer_kvm) {
   console_->close_log();
   // The kernel destroys the VM when its last fd closes, which takes a while:
   // done on the reaper thread (vmm/reaper.h). vCPUs before RAM before the VM.
-  auto vcpus = std::make_shared<std::vector<std::unique_ptr<Vcpu>>>(std::move(vcpus_));
-  vcpus_.clear();
+  auto vcpus = std::make_shared<std::vector<std::unique_ptr<Vcpu>>>();
+  {
+    std::lock_guard<std::mutex> lock(vcpus_mu_);
+    *vcpus = std::move(vcpus_);
+    vcpus_.clear();
+  }
   std::shared_ptr<GuestRam> ram(std::move(ram_));
   std::shared_ptr<KvmVm> vm(std::move(vm_));
   std::shared_ptr<KvmSystem> kvm(std::move(kvm_));
@@ -327,6 +363,7 @@ void Machine::release(bool defer_kvm) {
     reap_later(std::move(teardown));
   else
     teardown();
+  return reason;
 }
 
 void Machine::end_locked(bool failed, const std::string& kind, const std::string& message) {
@@ -381,6 +418,7 @@ MachineStats Machine::stats() const {
 }
 
 MachineStats Machine::collect_stats() const {
+  std::lock_guard<std::mutex> lock(vcpus_mu_);
   MachineStats s;
   for (const auto& v : vcpus_) {
     const auto& c = v->counters();
@@ -447,10 +485,38 @@ void Machine::vcpu_parked(uint32_t, uint64_t pause_seq) {
     // A vCPU that parked for a pause the host already resumed from must not
     // count towards the next one: that vCPU would be counted twice and the
     // pause would complete with another vCPU still inside KVM_RUN.
-    if (state_ != MachineState::Paused || pause_seq != pause_seq_) return;
-    if (++parked_ == vcpus_.size()) ready.swap(pause_waiters_);
+    if (state_ != MachineState::Pausing || pause_seq != pause_seq_) return;
+    if (++parked_ != vcpus_.size()) return;
+  }
+  // Every vCPU is out of KVM_RUN: quiesce the devices on the I/O thread,
+  // where no device callback can be running at the same time (a block
+  // request in flight completes first: requests are served synchronously).
+  if (!loop_->post([this, pause_seq] { quiesce_devices(pause_seq); })) quiesce_devices(pause_seq);
+}
+
+void Machine::quiesce_devices(uint64_t seq) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (state_ != MachineState::Pausing || seq != pause_seq_) return;  // resumed or ended meanwhile
+  }
+  set_devices_quiesced(true);
+  std::vector<Done> ready;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (state_ != MachineState::Pausing || seq != pause_seq_) return;  // resume's unquiesce is queued behind us
+    state_ = MachineState::Paused;
+    ready.swap(pause_waiters_);
   }
   for (auto& d : ready) d(nullptr, "");
+}
+
+void Machine::set_devices_quiesced(bool quiesced) {
+  for (auto& slot : virtio_) {
+    if (quiesced)
+      slot.dev->quiesce();
+    else
+      slot.dev->unquiesce();
+  }
 }
 
 void Machine::vcpu_guest_ended(uint32_t, bool failed, const std::string& kind, const std::string& message) {

@@ -1,7 +1,10 @@
 // A virtual machine: KVM VM + RAM + devices + one thread per vCPU + one I/O
 // thread, with a lifecycle the addon exposes as promises.
 //
-// States: Created -> Running <-> Paused -> Stopped | Failed. The guest ends
+// States: Created -> Running -> Pausing -> Paused -> Running ... -> Stopped |
+// Failed. Pausing: the vCPUs were told to leave KVM_RUN; Paused: every vCPU
+// is parked and every device quiesced on the I/O thread (no device touches
+// guest memory or raises an interrupt until resume() re-arms them). The guest ends
 // a machine from a vCPU thread (reset, triple fault, emulation failure...);
 // the host ends it with stop(). Either way exactly one exit notification is
 // delivered, after every vCPU thread has left KVM_RUN for good and the I/O
@@ -20,13 +23,14 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/error.h"
 #include "devices/bus.h"
 #include "devices/virtio/virtio_mmio.h"
 #include "vmm/console.h"
-#include "vmm/event_loop.h"
+#include "base/event_loop.h"
 #include "vmm/guest_ram.h"
 #include "vmm/host_probe.h"
 #include "vmm/irq_line.h"
@@ -53,7 +57,7 @@ struct MachineConfig {
   std::string kvm_device = "/dev/kvm";
 };
 
-enum class MachineState { Created, Running, Paused, Stopped, Failed };
+enum class MachineState { Created, Running, Pausing, Paused, Stopped, Failed };
 const char* machine_state_name(MachineState s);
 
 struct ExitReason {
@@ -61,6 +65,18 @@ struct ExitReason {
   std::string message;
   std::string console_tail;
 };
+
+// What machine.capture() wrote.
+struct CaptureResult {
+  uint64_t generation = 0;
+  uint64_t bytes = 0;        // bytes written (memory layer, state file, disk layers)
+  uint64_t dirty_pages = 0;  // pages written since the previous generation (all of RAM's nonzero pages for a full layer)
+  bool full_layer = false;
+  double captured_ms = 0;    // state and dirty pages read (the machine could continue from here)
+  double durable_ms = 0;     // the generation is on disk and `current` points at it
+};
+
+struct RestorePlan;  // machine_snapshot.cc
 
 struct MachineStats {
   uint64_t exits = 0, pio_exits = 0, mmio_exits = 0, halt_exits = 0;
@@ -82,9 +98,36 @@ class Machine final : private VcpuHost {
   Machine(const MachineConfig& cfg, Callbacks callbacks);
   ~Machine() override;  // stop()s
 
-  void start(Done done);   // Created -> Running; done once every vCPU entered KVM_RUN
-  void pause(Done done);   // Running -> Paused; done once every vCPU is parked
-  void resume();           // Paused -> Running
+  // Rebuilds a machine from the generation `current` points at in `dir`
+  // (validated before KVM is touched: SNAPSHOT_INVALID, SNAPSHOT_INCOMPATIBLE).
+  // Guest RAM maps the bottom memory layer MAP_PRIVATE and reads the diffs
+  // into place. Nothing runs until start(). Blocking: not on the JS thread.
+  static std::unique_ptr<Machine> restore(const std::string& dir, Callbacks callbacks);
+  // Writes a new generation into `dir` (generation directory, fsynced, then
+  // `current` switched atomically). The machine must be Paused (vCPUs out of
+  // KVM_RUN, devices quiesced) and stays so. A full memory layer the first
+  // time into a directory, then diff layers of the pages written since.
+  // Blocking (disk writes, fdatasync): a worker thread only.
+  // on_captured runs (on the calling thread) once the state and the memory
+  // to write are copied out: from then on the machine may run again
+  // (resume() is safe there) while the generation is made durable.
+  CaptureResult capture(const std::string& dir, const std::function<void()>& on_captured = {});
+  // Pages written since the last generation, by the guest or by the devices
+  // (reads KVM's dirty log; nothing is lost for the next capture).
+  uint64_t dirty_page_count();
+  // The same pages as a bitmap (bit i: RAM's linear page i), nothing cleared.
+  std::vector<uint64_t> dirty_page_bitmap();
+  // The state a capture would save, as named parts (vm.pit, vcpu0.regs,
+  // vcpu0.msr.0x10, dev.<name>@<base>, ...): round-trip tests compare them.
+  // Paused machines only.
+  std::vector<std::pair<std::string, std::vector<uint8_t>>> state_parts();
+  // The same parts as saved in the generation `current` names in `dir`
+  // (validated as a restore validates it). Reads one small file.
+  static std::vector<std::pair<std::string, std::vector<uint8_t>>> snapshot_parts(const std::string& dir);
+
+  void start(Done done, bool paused = false);   // Created -> Running (or Paused); done once every vCPU entered KVM_RUN (or parked)
+  void pause(Done done);   // Running -> Pausing -> Paused; done once every vCPU is parked and every device quiesced
+  void resume();           // Pausing | Paused -> Running (devices re-armed)
   // Ends the machine (reason 'stop' unless the guest ended it first), joins
   // every thread. Idempotent; safe from any thread except a vCPU or I/O thread.
   ExitReason stop();
@@ -96,7 +139,8 @@ class Machine final : private VcpuHost {
   // in a loop stays flat (test/vmm-lifecycle.test.ts). The kernel's VM
   // teardown (slow) goes to the reaper thread (vmm/reaper.h) unless
   // defer_kvm is false (environment cleanup: all gone before it returns).
-  void release(bool defer_kvm = true);
+  // Returns the exit reason (as stop() does).
+  ExitReason release(bool defer_kvm = true);
   bool released() const { return released_.load(); }
 
   MachineState state() const;
@@ -127,6 +171,10 @@ class Machine final : private VcpuHost {
   std::vector<std::pair<uint64_t, BusDevice*>> devices();
 
  private:
+  Machine(const MachineConfig& cfg, Callbacks callbacks, RestorePlan* plan);
+  static std::unique_ptr<Machine> restore_from(const std::string& dir, Callbacks callbacks);
+  CaptureResult capture_locked(const std::string& dir, const std::function<void()>& on_captured);
+  void load_state(RestorePlan& plan);
   void vcpu_pio(uint16_t port, uint8_t* data, size_t len, bool is_write) override;
   void vcpu_mmio(uint64_t addr, uint8_t* data, size_t len, bool is_write) override;
   void vcpu_entered(uint32_t index) override;
@@ -177,6 +225,9 @@ class Machine final : private VcpuHost {
   std::mutex stop_mu_;
   std::atomic<bool> released_{false};
   MachineStats final_stats_;  // stats() after release()
+  // Guards vcpus_ against release() moving it away while stats() reads the
+  // counters (stop and release may run on a worker thread).
+  mutable std::mutex vcpus_mu_;
 
   mutable std::mutex mu_;
   MachineState state_ = MachineState::Created;
@@ -191,6 +242,31 @@ class Machine final : private VcpuHost {
   std::atomic<uint64_t> first_run_ns_{0};
   std::atomic<uint64_t> first_exit_ns_{0};
   void note_first_exit();
+  // On the I/O thread, once the vCPUs of pause number `seq` are all parked.
+  void quiesce_devices(uint64_t seq);
+  void set_devices_quiesced(bool quiesced);
+
+  // Snapshot bookkeeping (capture and restore hold stop_mu_).
+  MachineConfig config_;                 // what the machine was built from (the snapshot's spec)
+  std::vector<uint64_t> dirty_;          // pages written since the last generation (linear page index)
+  std::vector<uint8_t> capture_buf_;     // dirty pages copied out by the last captures (reused)
+  std::string snapshot_dir_;             // where the last generation was written or read
+  std::vector<std::string> mem_chain_;   // its memory layers, bottom first, relative to snapshot_dir_
+  uint64_t generation_ = 0;
+  bool restored_ = false;
+  // A merge of the memory chain running off the capture path (at most one).
+  // The next capture after it finished continues from the merged layer.
+  struct ChainMerge {
+    std::thread thread;
+    std::atomic<bool> done{false};
+    bool ok = false;           // written by the thread before `done`
+    std::string dir;           // snapshot_dir_ when it started
+    size_t layers = 0;         // mem_chain_[0, layers) merged
+    std::string merged;        // relative path of the merged layer
+  };
+  std::unique_ptr<ChainMerge> merge_;
+  void start_chain_merge();           // stop_mu_ held
+  void adopt_chain_merge(bool wait);  // stop_mu_ held: joins a finished (or, with wait, any) merge
   std::once_flag finish_once_;
 };
 

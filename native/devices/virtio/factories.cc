@@ -35,8 +35,36 @@ std::unique_ptr<VirtioMmioDevice> make_virtio_blk(GuestMemory& mem, IrqLine& irq
     disk = std::move(base);
   else
     disk = std::make_unique<OverlayDisk>(std::move(base), opts.overlay_path, size, opts.read_only);
+  return make_virtio_blk_on(mem, irq, loop, std::move(disk), opts);
+}
+
+std::unique_ptr<VirtioMmioDevice> make_virtio_blk_on(GuestMemory& mem, IrqLine& irq, EventLoop& loop,
+                                                     std::unique_ptr<Disk> disk, const BlkOptions& opts) {
+  if (!disk) throw Error(code::kInvalidArgument, "virtio-blk: no disk");
   auto dev = std::make_unique<VirtioBlkDevice>(mem, std::move(disk), opts.serial, opts.read_only);
   return std::make_unique<VirtioMmioTransport>(mem, irq, loop, std::move(dev));
+}
+
+int virtio_blk_push_overlay(VirtioMmioDevice& dev, const std::string& path) {
+  VirtioBlkDevice* blk = virtio_blk_of(dev);
+  if (!blk) return -EINVAL;
+  auto& transport = static_cast<VirtioMmioTransport&>(dev);
+  std::lock_guard<std::mutex> lock(transport.lock());
+  if (int rc = blk->disk().flush(); rc < 0) return rc;
+  uint64_t size = blk->disk().size();
+  // Create and check the new layer's files first: the constructor below
+  // takes the current disk, which a failure there would lose.
+  try {
+    OverlayDisk probe(nullptr, path, size);
+  } catch (const Error& e) {
+    return -(e.sys_errno() ? e.sys_errno() : EIO);
+  }
+  try {
+    blk->set_disk(std::make_unique<OverlayDisk>(blk->take_disk(), path, size));
+  } catch (const Error& e) {
+    return -(e.sys_errno() ? e.sys_errno() : EIO);
+  }
+  return 0;
 }
 
 VirtioBlkDevice* virtio_blk_of(VirtioMmioDevice& dev) {

@@ -129,6 +129,14 @@ class VirtioDevice {
   virtual void save(StateWriter& out) const = 0;
   // Throws Error(SNAPSHOT_INVALID) on a malformed blob.
   virtual void restore(StateReader& in) = 0;
+  // The machine pauses (VirtioMmioDevice::quiesce): from quiesce() until
+  // unquiesce() the device must not touch guest memory or raise interrupts
+  // from work of its own (socket and timer callbacks). Queue notifications
+  // are held back by the transport meanwhile. A device whose work all comes
+  // from queue notifications (blk, rng: served synchronously under the lock)
+  // has nothing to do here. Called with lock() held.
+  virtual void quiesce() {}
+  virtual void unquiesce() {}
 };
 
 }  // namespace torpor

@@ -17,12 +17,15 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "devices/device.h"
-#include "vmm/event_loop.h"
-#include "vmm/guest_memory.h"
+#include "base/event_loop.h"
+#include "base/guest_memory.h"
 
 namespace torpor {
+
+class Disk;
 
 inline constexpr uint64_t kVirtioMmioWindow = 0x1000;
 inline constexpr uint64_t kVirtioMmioQueueNotify = 0x50;
@@ -31,6 +34,13 @@ class VirtioMmioDevice : public BusDevice {
  public:
   virtual uint32_t num_queues() const = 0;
   virtual void notify(uint32_t queue) = 0;
+  // Pause support, called on the I/O thread once every vCPU is out of
+  // KVM_RUN: after quiesce() the device touches no guest memory, raises no
+  // interrupt and does no work on its own (socket and timer callbacks only
+  // note what happened; notifications are remembered). unquiesce() re-arms
+  // and serves what was remembered. Both idempotent.
+  virtual void quiesce() = 0;
+  virtual void unquiesce() = 0;
 };
 
 struct BlkOptions {
@@ -39,6 +49,10 @@ struct BlkOptions {
   uint64_t size_bytes = 0;   // 0: size of the base image
   bool read_only = false;    // refuse guest writes (VIRTIO_BLK_F_RO)
   std::string serial;        // VIRTIO_BLK_T_GET_ID answer (<= 20 bytes)
+  // Overlays frozen by earlier snapshot generations, oldest first, between
+  // the base and overlay_path (read-only). The machine opens such a chain
+  // itself (snapshot/disk_layers.h) and hands the disk to make_virtio_blk_on.
+  std::vector<std::string> frozen_overlays;
 };
 
 struct VsockOptions {
@@ -62,6 +76,9 @@ class VsockHost {
 
 std::unique_ptr<VirtioMmioDevice> make_virtio_blk(GuestMemory& mem, IrqLine& irq, EventLoop& loop,
                                                   const BlkOptions& opts);
+// The same over a disk already opened (a snapshot's chain of layers).
+std::unique_ptr<VirtioMmioDevice> make_virtio_blk_on(GuestMemory& mem, IrqLine& irq, EventLoop& loop,
+                                                     std::unique_ptr<Disk> disk, const BlkOptions& opts);
 std::unique_ptr<VirtioMmioDevice> make_virtio_rng(GuestMemory& mem, IrqLine& irq, EventLoop& loop);
 // The returned VsockHost lives as long as the device.
 std::unique_ptr<VirtioMmioDevice> make_virtio_vsock(GuestMemory& mem, IrqLine& irq, EventLoop& loop,

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "vmm/guest_memory.h"
+#include "base/guest_memory.h"
 #include "vmm/x86_64/kernel_loader.h"
 
 namespace torpor::x86 {

@@ -10,7 +10,7 @@
 
 #include "common/error.h"
 #include "test/check.h"
-#include "vmm/guest_memory.h"
+#include "base/guest_memory.h"
 #include "vmm/x86_64/boot.h"
 #include "vmm/x86_64/cpuid.h"
 #include "vmm/x86_64/e820.h"

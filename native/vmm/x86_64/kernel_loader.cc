@@ -9,7 +9,7 @@
 #include <cstring>
 
 #include "common/error.h"
-#include "vmm/fd.h"
+#include "base/fd.h"
 #include "vmm/x86_64/layout.h"
 
 namespace torpor::x86 {

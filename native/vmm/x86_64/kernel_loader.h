@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "vmm/guest_memory.h"
+#include "base/guest_memory.h"
 
 namespace torpor::x86 {
 

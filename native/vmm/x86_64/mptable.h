@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "vmm/guest_memory.h"
+#include "base/guest_memory.h"
 
 namespace torpor::x86 {
 

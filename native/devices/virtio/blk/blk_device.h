@@ -13,7 +13,7 @@
 #include "devices/virtio/blk/disk.h"
 #include "devices/virtio/queue/queue.h"
 #include "devices/virtio/virtio_device.h"
-#include "vmm/guest_memory.h"
+#include "base/guest_memory.h"
 
 namespace torpor {
 
@@ -80,6 +80,10 @@ class VirtioBlkDevice final : public VirtioDevice {
   void restore(StateReader& in) override;
 
   Disk& disk() { return *disk_; }
+  // Snapshot support (under the transport's lock, device quiesced): the
+  // machine stacks a new top layer over the disk as it was.
+  std::unique_ptr<Disk> take_disk() { return std::move(disk_); }
+  void set_disk(std::unique_ptr<Disk> disk) { disk_ = std::move(disk); }
   uint64_t capacity_sectors() const { return disk_->size() / virtio_blk::kSectorSize; }
 
  private:
@@ -111,5 +115,9 @@ VirtioBlkDevice* virtio_blk_of(VirtioMmioDevice& dev);
 // -EINVAL when `dev` is not a virtio-blk device. Blocks on fdatasync: call
 // it off the JS thread.
 int virtio_blk_flush(VirtioMmioDevice& dev);
+// Flushes the disk, then stacks a new empty overlay at `path` over it (the
+// old top becomes a read-only lower layer: a snapshot froze it). Same lock
+// and thread rules as virtio_blk_flush. 0 or -errno.
+int virtio_blk_push_overlay(VirtioMmioDevice& dev, const std::string& path);
 
 }  // namespace torpor

@@ -252,7 +252,12 @@ void VirtioMmioTransport::post_notify(uint32_t queue) {
 
 void VirtioMmioTransport::notify(uint32_t queue) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (queue >= queues_.size() || !active() || !queues_[queue]->ready()) return;
+  if (queue >= queues_.size()) return;
+  if (quiesced_) {
+    held_notifies_ |= uint64_t{1} << (queue % 64);
+    return;
+  }
+  if (!active() || !queues_[queue]->ready()) return;
   // This runs on the I/O thread, where an escaping exception would end the
   // process: a device that throws is failed instead (DEVICE_NEEDS_RESET).
   try {
@@ -261,6 +266,32 @@ void VirtioMmioTransport::notify(uint32_t queue) {
     fail("device error while serving a queue");
     last_error_ = e.what();
   }
+}
+
+void VirtioMmioTransport::quiesce() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (quiesced_) return;
+  quiesced_ = true;
+  device_->quiesce();
+}
+
+void VirtioMmioTransport::unquiesce() {
+  uint64_t held;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!quiesced_) return;
+    quiesced_ = false;
+    held = held_notifies_;
+    held_notifies_ = 0;
+    device_->unquiesce();
+  }
+  for (uint32_t q = 0; q < queues_.size(); q++)
+    if (held & (uint64_t{1} << (q % 64))) post_notify(q);
+}
+
+bool VirtioMmioTransport::quiesced() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return quiesced_;
 }
 
 // ---- snapshot

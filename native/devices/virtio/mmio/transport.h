@@ -82,6 +82,9 @@ class VirtioMmioTransport final : public VirtioMmioDevice, public VirtioTranspor
   // VirtioMmioDevice
   uint32_t num_queues() const override;
   void notify(uint32_t queue) override;
+  void quiesce() override;
+  void unquiesce() override;
+  bool quiesced() const;
 
   // VirtioTransport (for the device)
   std::mutex& lock() override { return mu_; }
@@ -137,6 +140,10 @@ class VirtioMmioTransport final : public VirtioMmioDevice, public VirtioTranspor
   uint32_t config_generation_ = 0;
   bool activated_ = false;
   std::string last_error_;
+  // Between quiesce() and unquiesce(): notifications are remembered in
+  // held_notifies_ (one bit per queue) instead of served.
+  bool quiesced_ = false;
+  uint64_t held_notifies_ = 0;
 };
 
 }  // namespace torpor

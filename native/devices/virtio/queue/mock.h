@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "devices/virtio/queue/queue.h"
-#include "vmm/guest_memory.h"
+#include "base/guest_memory.h"
 
 namespace torpor::testing {
 

@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "snapshot/state_io.h"
-#include "vmm/guest_memory.h"
+#include "base/guest_memory.h"
 
 namespace torpor {
 

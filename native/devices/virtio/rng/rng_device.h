@@ -4,7 +4,7 @@
 
 #include "devices/virtio/queue/queue.h"
 #include "devices/virtio/virtio_device.h"
-#include "vmm/guest_memory.h"
+#include "base/guest_memory.h"
 
 namespace torpor {
 

@@ -130,6 +130,32 @@ void VsockDevice::restore(StateReader& in) {
   control_.clear();
 }
 
+void VsockDevice::quiesce() {
+  if (quiesced_) return;
+  quiesced_ = true;
+  // EPOLLONESHOT registrations that have not fired yet would only note the
+  // event (on_socket), but disarm them anyway: nothing of ours runs while
+  // the machine is paused. A disarmed fd is re-armed by unquiesce()'s pump.
+  for (auto& [port, c] : conns_) {
+    if (c->fd >= 0 && c->armed_events != 0) {
+      loop_.modify(c->fd, EPOLLONESHOT);
+      c->armed_events = 0;
+    }
+  }
+  if (timer_fd_ >= 0) {
+    itimerspec off{};
+    timerfd_settime(timer_fd_, 0, &off, nullptr);
+  }
+}
+
+void VsockDevice::unquiesce() {
+  if (!quiesced_) return;
+  quiesced_ = false;
+  // rearm() asks epoll again for whatever each connection waits for: data
+  // that arrived meanwhile fires at once. Deadlines that passed fire the timer.
+  pump();
+}
+
 VsockStats VsockDevice::stats() const {
   std::lock_guard<std::mutex> lock(transport_->lock());
   VsockStats s = stats_;
@@ -542,7 +568,7 @@ bool VsockDevice::pump_rx_once(bool* starved) {
 }
 
 void VsockDevice::pump() {
-  if (detached_) return;
+  if (detached_ || quiesced_) return;
   if (transport_->active()) {
     deliver_reset_event();
     bool more = true;
@@ -608,6 +634,7 @@ void VsockDevice::on_timer() {
   uint64_t expirations;
   ssize_t ignored = read(timer_fd_, &expirations, sizeof expirations);
   (void)ignored;
+  if (quiesced_) return;  // deadlines are looked at again by unquiesce()
   Clock::time_point now = Clock::now();
   for (auto& [port, cp] : conns_) {
     Conn& c = *cp;
@@ -640,6 +667,7 @@ void VsockDevice::on_socket(uint32_t local_port, int fd, uint32_t events) {
   Conn& c = *it->second;
   c.armed_events = 0;  // EPOLLONESHOT: this registration fired
   if (events & (EPOLLIN | EPOLLHUP | EPOLLERR)) c.readable = true;
+  if (quiesced_) return;  // the socket keeps its data; unquiesce() pumps
   if (events & (EPOLLOUT | EPOLLHUP | EPOLLERR)) {
     flush_to_socket(c);
     settle(c);

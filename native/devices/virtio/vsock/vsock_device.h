@@ -96,6 +96,11 @@ class VsockDevice final : public VirtioDevice, public VsockHost {
   // drops its side too, and the host reconnects.
   void save(StateWriter& out) const override;
   void restore(StateReader& in) override;
+  // While quiesced: sockets are disarmed, the timer stopped, and nothing is
+  // read from a socket or written to the guest; host data waits in the
+  // sockets' kernel buffers and arrives, in order, after unquiesce().
+  void quiesce() override;
+  void unquiesce() override;
 
   // VsockHost (any thread). done(fd, nullptr, "") on success.
   void connect(uint32_t port, uint32_t timeout_ms,
@@ -179,6 +184,7 @@ class VsockDevice final : public VirtioDevice, public VsockHost {
   bool tx_stalled_ = false;
   bool detached_ = false;
   bool pump_scheduled_ = false;
+  bool quiesced_ = false;
   bool reset_event_pending_ = false;
   bool awaiting_event_refill_ = false;
   uint16_t event_avail_mark_ = 0;

@@ -27,6 +27,8 @@ class VsockMmioDevice final : public VirtioMmioDevice {
   void restore(StateReader& in) override { transport_->restore(in); }
   uint32_t num_queues() const override { return transport_->num_queues(); }
   void notify(uint32_t queue) override { transport_->notify(queue); }
+  void quiesce() override { transport_->quiesce(); }
+  void unquiesce() override { transport_->unquiesce(); }
 
   VsockDevice& vsock() { return *vsock_; }
   VirtioMmioTransport& transport() { return *transport_; }

@@ -1,4 +1,4 @@
-#include "vmm/event_loop.h"
+#include "base/event_loop.h"
 
 #include <sys/epoll.h>
 #include <sys/eventfd.h>

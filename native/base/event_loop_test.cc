@@ -9,7 +9,7 @@
 #include <stdexcept>
 
 #include "test/check.h"
-#include "vmm/event_loop.h"
+#include "base/event_loop.h"
 
 using namespace torpor;
 

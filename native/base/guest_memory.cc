@@ -1,4 +1,4 @@
-#include "vmm/guest_memory.h"
+#include "base/guest_memory.h"
 
 namespace torpor {
 

@@ -1,7 +1,7 @@
 #include <vector>
 
 #include "test/check.h"
-#include "vmm/guest_memory.h"
+#include "base/guest_memory.h"
 
 using namespace torpor;
 

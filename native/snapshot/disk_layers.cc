@@ -1,0 +1,98 @@
+#include "snapshot/disk_layers.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <vector>
+
+#include "common/error.h"
+#include "devices/virtio/blk/file_io.h"
+#include "devices/virtio/blk/overlay_disk.h"
+#include "devices/virtio/blk/raw_image.h"
+
+namespace torpor {
+namespace {
+
+std::unique_ptr<Disk> open_base(const std::string& base_image, uint64_t size) {
+  if (base_image.empty()) return nullptr;
+  return std::make_unique<RawImage>(base_image, size);
+}
+
+void remove_overlay_files(const std::string& path) {
+  for (const std::string& p : {path, OverlayDisk::map_path(path)})
+    if (::unlink(p.c_str()) != 0 && errno != ENOENT) throw_sys_error(code::kIo, "remove " + p);
+}
+
+}  // namespace
+
+std::unique_ptr<Disk> open_disk_chain(const std::string& base_image, const std::vector<std::string>& frozen_overlays,
+                                      const std::string& top_overlay, uint64_t size) {
+  if (base_image.empty() && frozen_overlays.empty() && top_overlay.empty())
+    throw Error(code::kInvalidArgument, "a disk chain needs a base image or an overlay");
+  std::unique_ptr<Disk> disk = open_base(base_image, size);
+  for (const std::string& path : frozen_overlays)
+    disk = std::make_unique<OverlayDisk>(std::move(disk), path, size, /*read_only=*/true);
+  if (!top_overlay.empty()) disk = std::make_unique<OverlayDisk>(std::move(disk), top_overlay, size);
+  return disk;
+}
+
+void merge_disk_layers(const std::string& base_image, const std::vector<std::string>& frozen,
+                       const std::string& out_path, uint64_t size) {
+  // The base image takes no part: the merged overlay lies over the same base
+  // and holds exactly the blocks some frozen overlay holds, each block read
+  // through the chain so the newest copy wins (a block discarded in a newer
+  // overlay reads from the older one, as it does in the chain).
+  (void)base_image;
+  if (frozen.empty()) throw Error(code::kInvalidArgument, "nothing to merge: no frozen overlays");
+  std::vector<const OverlayDisk*> layers;
+  std::unique_ptr<Disk> chain;
+  for (const std::string& path : frozen) {
+    auto layer = std::make_unique<OverlayDisk>(std::move(chain), path, size, /*read_only=*/true);
+    layers.push_back(layer.get());
+    chain = std::move(layer);
+  }
+  const uint64_t block_size = OverlayDisk::kBlockSize;
+  const uint64_t blocks = (size + block_size - 1) / block_size;
+  auto held = [&](uint64_t b) {
+    return std::any_of(layers.begin(), layers.end(), [b](const OverlayDisk* l) { return l->allocated(b); });
+  };
+
+  const std::string tmp_path = out_path + ".tmp";
+  remove_overlay_files(tmp_path);  // a leftover of an interrupted merge must not be reopened as a valid overlay
+  try {
+    OverlayDisk out(nullptr, tmp_path, size);
+    // Runs of held blocks, up to 1 MiB per read/write.
+    constexpr uint64_t kMaxRunBlocks = 256;
+    std::vector<uint8_t> buf(kMaxRunBlocks * block_size);
+    for (uint64_t b = 0; b < blocks;) {
+      if (!held(b)) {
+        b++;
+        continue;
+      }
+      uint64_t end = b + 1;
+      while (end < blocks && end - b < kMaxRunBlocks && held(end)) end++;
+      uint64_t from = b * block_size, bytes = std::min(end * block_size, size) - from;
+      if (int rc = chain->read(from, buf.data(), bytes); rc < 0)
+        throw_sys_error(code::kIo, "read frozen overlay while merging", -rc);
+      if (int rc = out.write(from, buf.data(), bytes); rc < 0)
+        throw_sys_error(code::kIo, "write merged overlay " + tmp_path, -rc);
+      b = end;
+    }
+    if (int rc = out.flush(); rc < 0) throw_sys_error(code::kIo, "flush merged overlay " + tmp_path, -rc);
+  } catch (...) {
+    remove_overlay_files(tmp_path);
+    throw;
+  }
+  // Map first, then data: a crash between leaves a map without its data
+  // file, which opens as an error, never a data file without its map, which
+  // would open as a fresh (empty) overlay.
+  remove_overlay_files(out_path);
+  if (::rename(OverlayDisk::map_path(tmp_path).c_str(), OverlayDisk::map_path(out_path).c_str()) != 0 ||
+      ::rename(tmp_path.c_str(), out_path.c_str()) != 0)
+    throw_sys_error(code::kIo, "rename merged overlay to " + out_path);
+  if (int rc = file_io::fsync_parent_dir(out_path.c_str()); rc < 0)
+    throw_sys_error(code::kIo, "sync directory of " + out_path, -rc);
+}
+
+}  // namespace torpor

@@ -1,0 +1,146 @@
+// Disk layers: a base image, frozen overlays (read-only) and a writable top,
+// read newest-first; frozen files never change; merging frozen overlays
+// gives the disk the chain shows.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <vector>
+
+#include "common/error.h"
+#include "devices/virtio/blk/overlay_disk.h"
+#include "snapshot/disk_layers.h"
+#include "test/check.h"
+#include "test/temp_dir.h"
+
+using namespace torpor;
+using torpor_test::TempDir;
+
+namespace {
+
+constexpr uint64_t kBlock = OverlayDisk::kBlockSize;
+constexpr uint64_t kDiskSize = 16 * kBlock + 2048;  // a short last block too
+
+std::vector<uint8_t> block_of(uint8_t tag, size_t n = kBlock) { return std::vector<uint8_t>(n, tag); }
+
+std::vector<uint8_t> file_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(f), {});
+}
+
+std::vector<uint8_t> whole_disk(Disk& d) {
+  std::vector<uint8_t> b(d.size());
+  CHECK_EQ(d.read(0, b.data(), b.size()), 0);
+  return b;
+}
+
+uint8_t tag_at(Disk& d, uint64_t block) {
+  uint8_t b = 0;
+  CHECK_EQ(d.read(block * kBlock + 100, &b, 1), 0);
+  return b;
+}
+
+// base: block i holds 0x10 + i. ov1 (generation 1): blocks 1, 2, last. ov2 (generation 2): blocks 2, 5.
+struct Layers {
+  TempDir dir{"torpor-disklayers"};
+  std::string base = dir.file("base.img"), ov1 = dir.file("disk0.gen1.overlay"), ov2 = dir.file("disk0.gen2.overlay");
+  Layers() {
+    std::vector<uint8_t> img;
+    for (uint64_t i = 0; i < 16; i++) {
+      auto b = block_of(static_cast<uint8_t>(0x10 + i));
+      img.insert(img.end(), b.begin(), b.end());
+    }
+    std::ofstream(base, std::ios::binary).write(reinterpret_cast<const char*>(img.data()), img.size());
+    {
+      auto d = open_disk_chain(base, {}, ov1, kDiskSize);
+      CHECK_EQ(d->write(1 * kBlock, block_of(0xA1, 2 * kBlock).data(), 2 * kBlock), 0);
+      CHECK_EQ(d->write(16 * kBlock, block_of(0xAF, 2048).data(), 2048), 0);
+      CHECK_EQ(d->flush(), 0);
+    }
+    {
+      auto d = open_disk_chain(base, {ov1}, ov2, kDiskSize);
+      CHECK_EQ(d->write(2 * kBlock, block_of(0xB2).data(), kBlock), 0);
+      CHECK_EQ(d->write(5 * kBlock + 10, block_of(0xB5, 10).data(), 10), 0);  // partial: copied up from base
+      CHECK_EQ(d->flush(), 0);
+    }
+  }
+};
+
+}  // namespace
+
+TEST("snapshot disk: chain reads the newest block, writes land in the top only") {
+  Layers l;
+  const auto ov1_before = file_bytes(l.ov1), ov2_before = file_bytes(l.ov2), base_before = file_bytes(l.base);
+  auto disk = open_disk_chain(l.base, {l.ov1, l.ov2}, l.dir.file("top.overlay"), kDiskSize);
+  CHECK_EQ(disk->size(), kDiskSize);
+  CHECK(!disk->read_only());
+  CHECK_EQ(tag_at(*disk, 0), 0x10);  // base
+  CHECK_EQ(tag_at(*disk, 1), 0xA1);  // ov1
+  CHECK_EQ(tag_at(*disk, 2), 0xB2);  // ov2 over ov1
+  CHECK_EQ(tag_at(*disk, 16), 0xAF); // ov1's short last block
+  uint8_t b5[kBlock];
+  CHECK_EQ(disk->read(5 * kBlock, b5, kBlock), 0);
+  CHECK_EQ(b5[0], 0x15);
+  CHECK_EQ(b5[10], 0xB5);
+  CHECK_EQ(b5[20], 0x15);
+  // Writes go to the top; the frozen overlays and the base never change.
+  CHECK_EQ(disk->write(2 * kBlock, block_of(0xC2).data(), kBlock), 0);
+  CHECK_EQ(disk->write(7 * kBlock + 1, block_of(0xC7, 1).data(), 1), 0);
+  CHECK_EQ(disk->flush(), 0);
+  CHECK_EQ(tag_at(*disk, 2), 0xC2);
+  disk.reset();
+  CHECK(file_bytes(l.ov1) == ov1_before);
+  CHECK(file_bytes(l.ov2) == ov2_before);
+  CHECK(file_bytes(l.base) == base_before);
+  // Reopened, the top still holds them; without the top the chain shows generation 2.
+  auto again = open_disk_chain(l.base, {l.ov1, l.ov2}, l.dir.file("top.overlay"), kDiskSize);
+  CHECK_EQ(tag_at(*again, 2), 0xC2);
+  auto gen2 = open_disk_chain(l.base, {l.ov1, l.ov2}, "", kDiskSize);
+  CHECK_EQ(tag_at(*gen2, 2), 0xB2);
+  auto gen1 = open_disk_chain(l.base, {l.ov1}, "", kDiskSize);
+  CHECK_EQ(tag_at(*gen1, 2), 0xA1);
+}
+
+TEST("snapshot disk: frozen overlays and read-only chains refuse writes") {
+  Layers l;
+  auto ro = open_disk_chain(l.base, {l.ov1, l.ov2}, "", kDiskSize);
+  CHECK(ro->read_only());
+  CHECK_EQ(ro->write(0, block_of(1).data(), kBlock), -EROFS);
+  CHECK_EQ(ro->discard(0, kBlock), -EROFS);
+  OverlayDisk frozen(nullptr, l.ov1, kDiskSize, /*read_only=*/true);
+  CHECK_EQ(frozen.write(kBlock, block_of(1).data(), kBlock), -EROFS);
+  auto base_only = open_disk_chain(l.base, {}, "", kDiskSize);
+  CHECK_EQ(base_only->write(0, block_of(1).data(), 1), -EROFS);
+  CHECK_THROWS_CODE(open_disk_chain("", {}, "", kDiskSize), "INVALID_ARGUMENT");
+  CHECK_THROWS_CODE(open_disk_chain(l.base, {l.dir.file("missing.overlay")}, "", kDiskSize), "IO_ERROR");
+}
+
+TEST("snapshot disk: merged overlays read like the chain they replace") {
+  Layers l;
+  // A discard in a newer overlay lets the older copy show again; the merge must agree.
+  {
+    auto d = open_disk_chain(l.base, {l.ov1, l.ov2}, l.dir.file("gen3.overlay"), kDiskSize);
+    CHECK_EQ(d->write(9 * kBlock, block_of(0xD9).data(), kBlock), 0);
+    CHECK_EQ(d->write(1 * kBlock, block_of(0xD1).data(), kBlock), 0);
+    CHECK_EQ(d->discard(1 * kBlock, kBlock), 0);
+    CHECK_EQ(d->flush(), 0);
+  }
+  const std::vector<std::string> frozen = {l.ov1, l.ov2, l.dir.file("gen3.overlay")};
+  auto chain = open_disk_chain(l.base, frozen, "", kDiskSize);
+  const auto expected = whole_disk(*chain);
+  const std::string merged = l.dir.file("merged.overlay");
+  merge_disk_layers(l.base, frozen, merged, kDiskSize);
+  auto on_merged = open_disk_chain(l.base, {merged}, "", kDiskSize);
+  CHECK(whole_disk(*on_merged) == expected);
+  OverlayDisk m(nullptr, merged, kDiskSize, true);
+  CHECK_EQ(m.allocated_blocks(), uint64_t{5});  // 1, 2, 5, 9, 16
+  CHECK(m.allocated(1) && m.allocated(2) && m.allocated(5) && m.allocated(9) && m.allocated(16));
+  CHECK(::access((merged + ".tmp").c_str(), F_OK) != 0);
+  // A later generation chains onto the merged overlay.
+  auto next = open_disk_chain(l.base, {merged}, l.dir.file("gen4.overlay"), kDiskSize);
+  CHECK_EQ(next->write(3 * kBlock, block_of(0xE3).data(), kBlock), 0);
+  CHECK_EQ(tag_at(*next, 3), 0xE3);
+  CHECK_EQ(tag_at(*next, 9), 0xD9);
+  CHECK_THROWS_CODE(merge_disk_layers(l.base, {}, merged, kDiskSize), "INVALID_ARGUMENT");
+}

@@ -1,0 +1,29 @@
+// What Machine's restore constructor needs from a validated snapshot
+// (machine_snapshot.cc): the memory chain and the state body positioned
+// after the machine spec.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "snapshot/memory_layer.h"
+#include "snapshot/state_io.h"
+#include "vmm/guest_ram.h"
+
+namespace torpor {
+
+struct RestorePlan {
+  std::string dir;
+  uint64_t generation = 0;
+  std::vector<std::string> chain;  // memory layers, relative to dir, bottom first
+  std::unique_ptr<MemoryChain> memory;
+  std::vector<uint8_t> body;
+  std::unique_ptr<StateReader> in;  // over body, after the spec and the chain
+  std::vector<std::pair<std::string, uint64_t>> devices;  // from the spec
+};
+
+// Guest RAM over the chain: the bottom layer mapped MAP_PRIVATE, diffs read in.
+std::unique_ptr<GuestRam> restore_ram(KvmVm& vm, RestorePlan& plan);
+
+}  // namespace torpor
