@@ -22,6 +22,7 @@ import { createAgentApi } from '../lib/sandbox/agent-api.js';
 import type { CommandResult } from '../lib/sandbox/commands.js';
 import { GUEST_CID, GUEST_CMDLINE, READY_LINE, connectAgent, linuxGuestSupport } from '../lib/sandbox/sandbox.js';
 import { Machine, type SnapshotResult } from '../lib/vm/machine.js';
+import { chainCommand } from './fixtures/linux-snapshot-child.js';
 import { testUnless } from './skip-unless.js';
 
 const support = await linuxGuestSupport();
@@ -77,13 +78,16 @@ function child<T>(...args: string[]): Promise<T> {
   });
 }
 
-/** The uptime (seconds) on the last line of `cat /proc/uptime`. */
-function uptimeOf(stdout: string): number {
-  const last = stdout.trim().split('\n').pop()!;
-  const m = /^(\d+\.\d+) \d+\.\d+$/.exec(last);
-  assert.ok(m, `no /proc/uptime line in ${JSON.stringify(stdout)}`);
-  return Number(m![1]);
+/** What chainCommand printed: the chain file's lines, the clocksource, the uptime in seconds. */
+function chainOutput(stdout: string): { chain: string[]; clocksource: string; uptime: number } {
+  const lines = stdout.trim().split('\n');
+  const m = /^(\d+\.\d+) \d+\.\d+$/.exec(lines.at(-1) ?? '');
+  assert.ok(m && lines.length >= 3, `unexpected output ${JSON.stringify(stdout)}`);
+  return { chain: lines.slice(0, -2), clocksource: lines.at(-2)!, uptime: Number(m![1]) };
 }
+
+/** Kernel messages of a guest in trouble (oops, lockup and RCU stall detectors, a clocksource given up). */
+const KERNEL_TROUBLE = /BUG:|Oops|soft lockup|hard LOCKUP|rcu_\w+ detected stalls|self-detected stall|Kernel panic|unstable/;
 
 linuxTest(`a Linux guest at agent-ready, restored in a child Node process ${CHAIN} times in a row: PING and a command after a vsock reconnect, then captured again`, async () => {
   const a = await artifacts();
@@ -97,7 +101,7 @@ linuxTest(`a Linux guest at agent-ready, restored in a child Node process ${CHAI
     let first: CommandResult;
     try {
       await client.ping(BOOT_TIMEOUT_MS);
-      first = (await createAgentApi(client).commands.run(['sh', '-c', 'echo g0 > /root/chain && sync && cat /root/chain /proc/uptime'])) as CommandResult;
+      first = (await createAgentApi(client).commands.run(chainCommand(0))) as CommandResult;
       // Captured with the agent's connection open: the restored guest must drop it and listen again.
       const gen = await m.snapshot(dir, { stop: true });
       assert.is(gen.generation, 1);
@@ -105,19 +109,24 @@ linuxTest(`a Linux guest at agent-ready, restored in a child Node process ${CHAI
     } finally {
       await client.close();
     }
-    assert.is(first.stdout.split('\n')[0], 'g0');
-    let uptime = uptimeOf(first.stdout);
+    const boot = chainOutput(first.stdout);
+    assert.equal(boot.chain, ['g0']);
+    let uptime = boot.uptime;
+    console.log(`  vmm-linux-snapshot: guest clocksource ${boot.clocksource}`);
 
     const started = performance.now();
     for (let n = 1; n <= CHAIN; n++) {
-      const r = await child<SnapshotResult & { restoreMs: number; pingMs: number; stdout: string }>('agent', dir, String(n));
-      const lines = r.stdout.trim().split('\n');
+      const r = await child<SnapshotResult & { restoreMs: number; pingMs: number; stdout: string; after: string }>('agent', dir, String(n));
+      const out = chainOutput(r.stdout);
       // The file written before each capture is there after each restore: disk layers and the
       // guest's page cache both came through.
-      assert.equal(lines.slice(0, -1), Array.from({ length: n + 1 }, (_, i) => `g${i}`), `restore ${n}: /root/chain`);
-      const now = uptimeOf(r.stdout);
-      assert.ok(now > uptime, `restore ${n}: uptime went from ${uptime} to ${now}`);
-      uptime = now;
+      assert.equal(out.chain, Array.from({ length: n + 1 }, (_, i) => `g${i}`), `restore ${n}: /root/chain`);
+      // The guest's clock continued (kvmclock: no step back, no switch to another clocksource).
+      assert.ok(out.uptime > uptime, `restore ${n}: uptime went from ${uptime} to ${out.uptime}`);
+      assert.is(out.clocksource, boot.clocksource, `restore ${n}: the clocksource changed`);
+      uptime = out.uptime;
+      // The kernel printed no error after the restore (the console shows errors and worse).
+      assert.not.match(r.after, KERNEL_TROUBLE, `restore ${n}: the kernel complained: ${r.after.slice(-1500)}`);
       assert.is(r.generation, n + 1);
       assert.not.ok(r.fullLayer, `restore ${n}: the capture wrote a full layer, not a diff`);
       assert.ok(r.dirtyPages > 0, `restore ${n}: an empty diff after running a command`);
@@ -152,6 +161,7 @@ linuxTest('a Linux guest captured in the middle of its boot, restored in a child
     assert.match(r.after, /Run \/usr\/sbin\/torpor-agent as init process/);
     assert.match(r.after, READY_LINE);
     assert.match(r.uname, /^Linux \d+\.\d+/);
+    assert.not.match(r.after, KERNEL_TROUBLE, `the kernel complained after the restore: ${r.after.slice(-1500)}`);
   } finally {
     await m.stop();
     rmSync(work, { recursive: true, force: true });
