@@ -20,6 +20,7 @@ export const KVM_FILES = [
   'vmm-lifecycle',
   'vmm-linux',
   'vmm-linux-snapshot',
+  'vmm-snapshot',
   'vmm-testvm',
 ];
 
