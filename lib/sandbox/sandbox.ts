@@ -50,8 +50,9 @@ export const GUEST_CMDLINE =
   'console=ttyS0 reboot=k panic=1 pci=off nomodule 8250.nr_uarts=1 i8042.noaux i8042.nomux i8042.dumbkbd ' +
   'acpi=off root=/dev/vda rw init=/usr/sbin/torpor-agent quiet';
 export const AGENT_VSOCK_PORT = 1024;
-const GUEST_CID = 3;
-const READY_LINE = /torpor-agent ready v1 /;
+export const GUEST_CID = 3;
+/** What the agent prints on the console once it listens on its vsock port. */
+export const READY_LINE = /torpor-agent ready v1 /;
 
 const OPT_KEYS = ['template', 'vcpus', 'memoryMiB', 'envs', 'metadata', 'boot', 'timeoutMs'] as const;
 
@@ -223,10 +224,11 @@ export class Sandbox implements AsyncDisposable {
   }
 }
 
-/** Connects to the agent once it printed its readiness line. The line comes after listen(), so
- *  the first dial normally succeeds; a guest still bringing its vsock transport up gets a few
- *  more tries, until the boot deadline (at least a few seconds). */
-async function connectAgent(machine: Machine, deadline: number): Promise<AgentClient> {
+/** Connects to the agent once it printed its readiness line (or once a restored machine runs
+ *  again). The line comes after listen(), so the first dial normally succeeds; a guest still
+ *  bringing its vsock transport up gets a few more tries, until the deadline (at least a few
+ *  seconds). */
+export async function connectAgent(machine: Machine, deadline: number): Promise<AgentClient> {
   const until = Math.max(deadline, Date.now() + 5_000);
   for (let attempt = 0; ; attempt++) {
     try {

@@ -553,9 +553,10 @@ void Machine::load_state(RestorePlan& plan) {
   x86::restore_vm(*vm_, in);
   uint32_t n = in.u32();
   if (n != config_.vcpus) StateReader::fail("vCPU state count differs from the spec");
+  x86::RestoredTsc tsc;
   for (uint32_t i = 0; i < n; i++) {
     auto kv = std::make_unique<KvmVcpu>(*kvm_, *vm_, i);
-    x86::restore_vcpu(*kvm_, *kv, in);
+    x86::restore_vcpu(*kvm_, *kv, in, tsc);
     x86::notify_clock_paused(*kv);
     vcpus_.push_back(std::make_unique<Vcpu>(std::move(kv), static_cast<VcpuHost&>(*this)));
   }

@@ -21,6 +21,7 @@ export const KVM_FILES = [
   'vmm-kernel-load',
   'vmm-lifecycle',
   'vmm-linux',
+  'vmm-linux-snapshot',
   'vmm-restore-pool',
   'vmm-snapshot',
   'vmm-testvm',
@@ -29,6 +30,7 @@ export const KVM_FILES = [
 /** The Linux-guest files and how many tests each has today: fewer passing is a failure. */
 export const LINUX_FILES: Record<string, number> = {
   'vmm-linux': 1,
+  'vmm-linux-snapshot': 2,
   'sandbox-linux': 2,
   'api-e2b-linux': 1,
 };

@@ -185,7 +185,46 @@ void save_vcpu(const KvmSystem& sys, const KvmVm& vm, KvmVcpu& vcpu, StateWriter
   put(out, events);
 }
 
-void restore_vcpu(const KvmSystem& sys, KvmVcpu& vcpu, StateReader& in) {
+namespace {
+
+// KVM_{GET,SET,HAS}_DEVICE_ATTR on a vCPU, group KVM_VCPU_TSC_CTRL (Linux 5.16+).
+bool tsc_offset_attr(int fd, unsigned long req, uint64_t* value) {
+  kvm_device_attr attr{};
+  attr.group = KVM_VCPU_TSC_CTRL;
+  attr.attr = KVM_VCPU_TSC_OFFSET;
+  attr.addr = reinterpret_cast<uintptr_t>(value);
+  return raw_ioctl(fd, req, &attr) == 0;
+}
+
+// A host-initiated IA32_TSC write that lands within a second (of guest cycles)
+// of the VM's last TSC write is taken by KVM (before Linux 6.7's "don't sync
+// user-written TSC against startup values") as an attempt to synchronise with
+// it: KVM keeps the offset it gave the vCPU at creation (TSC 0) and drops the
+// value. A guest captured less than about a second after it started would then
+// run on with its TSC back near 0: its TSC deadline timer late by as much, a
+// TSC clocksource going backwards (seen with the test guest on a hardware KVM).
+// Where KVM lets us set the offset itself, do so: the first vCPU's offset puts
+// its TSC on the saved value, and every later vCPU takes that same offset, as
+// the vCPUs had one offset when they were captured.
+void restore_tsc_offset(KvmVcpu& vcpu, uint64_t saved_tsc, RestoredTsc& tsc) {
+  const int fd = vcpu.fd();
+  uint64_t current = 0;
+  if (!tsc_offset_attr(fd, KVM_HAS_DEVICE_ATTR, &current)) return;  // older KVM: IA32_TSC alone
+  if (!tsc.have_offset) {
+    uint64_t now = 0;
+    if (!tsc_offset_attr(fd, KVM_GET_DEVICE_ATTR, &current) || !vcpu.get_msr(kMsrTsc, &now))
+      throw_sys_error(code::kInternal, "reading the restored TSC offset");
+    // guest TSC = scaled host TSC + offset: move the offset by what the TSC lacks (mod 2^64).
+    tsc.offset = current + (saved_tsc - now);
+    tsc.have_offset = true;
+  }
+  uint64_t offset = tsc.offset;
+  if (!tsc_offset_attr(fd, KVM_SET_DEVICE_ATTR, &offset)) refused("KVM_VCPU_TSC_OFFSET");
+}
+
+}  // namespace
+
+void restore_vcpu(const KvmSystem& sys, KvmVcpu& vcpu, StateReader& in, RestoredTsc& tsc) {
   in.expect_header(kVcpuTag, kVcpuVersion, kVcpuVersion);
   uint32_t index = in.u32();
   if (index != vcpu.index()) StateReader::fail("vCPU state is for vCPU " + std::to_string(index));
@@ -238,16 +277,20 @@ void restore_vcpu(const KvmSystem& sys, KvmVcpu& vcpu, StateReader& in) {
   if ((flags & kDebugRegs) && raw_ioctl(fd, KVM_SET_DEBUGREGS, &dbg) < 0) refused("KVM_SET_DEBUGREGS");
   // 6. LAPIC before the MSRs: a TSC deadline is dropped unless the LVT timer is in deadline mode.
   if (raw_ioctl(fd, KVM_SET_LAPIC, &lapic) < 0) refused("KVM_SET_LAPIC");
-  // 7. MSRs, IA32_TSC_DEADLINE in a final chunk after IA32_TSC; every one must be taken.
-  for (const auto* chunk : {&msrs, &deadline}) {
-    if (chunk->empty()) continue;
-    size_t set = vcpu.set_msrs(*chunk);
-    if (set != chunk->size())
+  // 7. MSRs, IA32_TSC_DEADLINE in a final chunk after IA32_TSC (and after the TSC offset: KVM
+  // arms the deadline timer from the TSC at the write); every one must be taken.
+  auto set_chunk = [&vcpu](const std::vector<std::pair<uint32_t, uint64_t>>& chunk) {
+    if (chunk.empty()) return;
+    size_t set = vcpu.set_msrs(chunk);
+    if (set != chunk.size())
       throw Error(code::kSnapshotIncompatible,
-                  "KVM_SET_MSRS took " + std::to_string(set) + " of " + std::to_string(chunk->size()) +
-                      " MSRs (refused MSR " +
-                      std::to_string(set < chunk->size() ? (*chunk)[set].first : 0) + ")");
-  }
+                  "KVM_SET_MSRS took " + std::to_string(set) + " of " + std::to_string(chunk.size()) +
+                      " MSRs (refused MSR " + std::to_string(set < chunk.size() ? chunk[set].first : 0) + ")");
+  };
+  set_chunk(msrs);
+  for (const auto& [idx, v] : msrs)
+    if (idx == kMsrTsc) restore_tsc_offset(vcpu, v, tsc);
+  set_chunk(deadline);
   // 8. Pending exceptions, interrupts and NMIs last (SET_REGS cleared them).
   if (flags & kEvents) {
     events.flags &= KVM_VCPUEVENT_VALID_NMI_PENDING | KVM_VCPUEVENT_VALID_SIPI_VECTOR | KVM_VCPUEVENT_VALID_SHADOW |

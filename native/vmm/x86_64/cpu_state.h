@@ -30,9 +30,17 @@ namespace torpor::x86 {
 const std::vector<uint32_t>& snapshot_msrs(const KvmSystem& sys);
 
 void save_vcpu(const KvmSystem& sys, const KvmVm& vm, KvmVcpu& vcpu, StateWriter& out);
+
+// The guest TSC offset the first restored vCPU got: every later vCPU of the
+// machine takes the same one, so their TSCs stay as synchronised as they were.
+struct RestoredTsc {
+  bool have_offset = false;
+  uint64_t offset = 0;
+};
 // Throws SNAPSHOT_INVALID on a malformed blob, SNAPSHOT_INCOMPATIBLE when KVM
-// refuses the state (another host), INTERNAL on other KVM failures.
-void restore_vcpu(const KvmSystem& sys, KvmVcpu& vcpu, StateReader& in);
+// refuses the state (another host), INTERNAL on other KVM failures. vCPUs are
+// restored in index order with one RestoredTsc per machine.
+void restore_vcpu(const KvmSystem& sys, KvmVcpu& vcpu, StateReader& in, RestoredTsc& tsc);
 // Before the vCPU runs again: tells the guest's kvmclock it was paused
 // (no soft-lockup warnings). Ignored where the guest has no kvmclock.
 void notify_clock_paused(KvmVcpu& vcpu);
