@@ -28,6 +28,30 @@ export interface SnapshotBenchResult {
 const COUNTER = 0x100008;
 const counter = (m: Machine) => m.readGuest(COUNTER, 8).readBigUInt64LE();
 
+/**
+ * KVM calls (ioctls, KVM_RUN aside: Machine.kvmCallCount) and guest exits per run of a path,
+ * averaged. The call count is process-wide, so it includes VM shells the restore pool builds
+ * meanwhile; exits are the machine's own (none for a restore: its guest has not run yet).
+ */
+class KvmCost {
+  calls = 0;
+  exits = 0;
+  runs = 0;
+  async measure<T>(m: Machine | undefined, path: () => Promise<T>): Promise<T> {
+    const k0 = Machine.kvmCallCount();
+    const e0 = m ? m.stats().exits : 0;
+    const out = await path();
+    this.calls += Machine.kvmCallCount() - k0;
+    if (m) this.exits += m.stats().exits - e0;
+    this.runs++;
+    return out;
+  }
+  text(): string {
+    const per = (v: number) => (this.runs ? v / this.runs : 0).toFixed(0);
+    return `KVM calls ${per(this.calls)}, exits ${per(this.exits)} per run`;
+  }
+}
+
 async function captureRows(memoryMiB: number, iterations: number, rows: BenchRow[], torpor: Map<string, number>): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'torpor-bench-snap-'));
   const m = await bootTestvm({ memoryMiB });
@@ -40,9 +64,10 @@ async function captureRows(memoryMiB: number, iterations: number, rows: BenchRow
       const durable: number[] = [];
       let bytes = 0;
       let dirty = 0;
+      const cost = new KvmCost();
       for (let i = 0; i < iterations; i++) {
         if (pages) await testvmCommand(m, `mem-write 0x${(0x51000000 + i).toString(16)} ${pages} 0x1000000`, 'mem-write', 60_000);
-        const r = await m.snapshot(dir);
+        const r = await cost.measure(m, () => m.snapshot(dir));
         captured.push(r.capturedMs);
         durable.push(r.durableMs);
         bytes = r.bytes;
@@ -54,7 +79,7 @@ async function captureRows(memoryMiB: number, iterations: number, rows: BenchRow
         name: `capture ${memoryMiB} MiB, ${pages} pages written: captured`, n: iterations, unit: 'ms', ...c,
         ...(target ? { target } : {}),
         ...(pages === 4096 && memoryMiB <= 512 ? { meetsTarget: c.p50 <= 10 } : {}),
-        note: `diff of ${dirty} pages, ${(bytes / 1024).toFixed(0)} KiB per generation`,
+        note: `diff of ${dirty} pages, ${(bytes / 1024).toFixed(0)} KiB per generation; ${cost.text()}`,
       });
       const d = summarize(durable);
       rows.push({ name: `capture ${memoryMiB} MiB, ${pages} pages written: durable`, n: iterations, unit: 'ms', ...d });
@@ -69,9 +94,10 @@ async function captureRows(memoryMiB: number, iterations: number, rows: BenchRow
       await testvmCommand(src, 'count start', 'count');
       await src.snapshot(dir, { stop: true });
     }
+    const restoreCost = new KvmCost();
     for (let i = 0; i < iterations; i++) {
       const t0 = performance.now();
-      const r = await Machine.restore(dir);
+      const r = await restoreCost.measure(undefined, () => Machine.restore(dir));
       const t1 = performance.now();
       const c0 = counter(r);
       while (counter(r) === c0) await new Promise((res) => setImmediate(res));
@@ -84,7 +110,7 @@ async function captureRows(memoryMiB: number, iterations: number, rows: BenchRow
     torpor.set(`restore-${memoryMiB}`, tr.p50);
     rows.push({
       name: `restore ${memoryMiB} MiB -> running (vCPUs in KVM_RUN)`, n: iterations, unit: 'ms', ...tr,
-      note: 'worker thread: state file read + checked, chain opened, VM shell (pooled) + layer mapped, state loaded; the target is on the first-exit row',
+      note: `worker thread: state file read + checked, chain opened, VM shell (pooled) + layer mapped, state loaded; ${restoreCost.text()}; the target is on the first-exit row`,
     });
     rows.push({ name: `restore ${memoryMiB} MiB -> guest counter advancing`, n: iterations, unit: 'ms', ...summarize(toCounting) });
   } finally {

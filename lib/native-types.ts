@@ -157,6 +157,8 @@ export interface NativeBinding {
   describeSnapshot(dir: string): Record<string, Buffer>;
   /** VM shells kept for restores (native/vmm/vm_pool.h): sets the depth when given (0..16, 0 = off). */
   restorePool(depth?: number): { depth: number; idle: number };
+  /** KVM ioctls this process made so far, KVM_RUN aside (benchmarks: KVM calls per path). */
+  kvmCallCount(): number;
   /** Build facts: addon version, compiler, whether built with sanitizers. */
   buildInfo(): { version: string; compiler: string };
 }

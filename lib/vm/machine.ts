@@ -215,6 +215,11 @@ export class Machine extends EventEmitter<MachineEvents> {
     return loadNative().restorePool(opts.depth);
   }
 
+  /** KVM ioctls this process has made so far, KVM_RUN aside: read before and after a path to count its KVM calls. */
+  static kvmCallCount(): number {
+    return loadNative().kvmCallCount();
+  }
+
   /**
    * The state saved in `dir`'s current generation, by part (named as stateParts() names them),
    * validated as a restore validates it. Diagnostics and round-trip tests; reads one small file.

@@ -2,6 +2,7 @@
 #include "addon/addon_state.h"
 #include "addon/machine_binding.h"
 #include "addon/probe_binding.h"
+#include "vmm/kvm.h"
 #include "vmm/vm_pool.h"
 
 namespace torpor {
@@ -42,6 +43,11 @@ Napi::Value restore_pool(const Napi::CallbackInfo& info) {
   return o;
 }
 
+// kvmCallCount() -> KVM ioctls this process made so far, KVM_RUN aside (vmm/kvm.h).
+Napi::Value kvm_call_count_binding(const Napi::CallbackInfo& info) {
+  return Napi::Number::New(info.Env(), static_cast<double>(kvm_call_count()));
+}
+
 Napi::Object init(Napi::Env env, Napi::Object exports) {
   env.SetInstanceData<AddonState>(new AddonState());
   exports.Set("setErrorFactory", Napi::Function::New(env, set_error_factory, "setErrorFactory"));
@@ -53,6 +59,7 @@ Napi::Object init(Napi::Env env, Napi::Object exports) {
   exports.Set("restoreMachine", Napi::Function::New(env, MachineWrap::restore_machine, "restoreMachine"));
   exports.Set("buildMachine", Napi::Function::New(env, MachineWrap::build_machine, "buildMachine"));
   exports.Set("restorePool", Napi::Function::New(env, restore_pool, "restorePool"));
+  exports.Set("kvmCallCount", Napi::Function::New(env, kvm_call_count_binding, "kvmCallCount"));
   exports.Set("describeSnapshot", Napi::Function::New(env, MachineWrap::describe_snapshot, "describeSnapshot"));
   return exports;
 }

@@ -54,7 +54,7 @@ HostFingerprint probe(const KvmSystem& sys, HostKind kind) {
   if (sys.check_extension(KVM_CAP_GET_TSC_KHZ) > 0) {
     KvmVm vm(sys);
     KvmVcpu vcpu(sys, vm, 0);
-    int khz = ::ioctl(vcpu.fd(), KVM_GET_TSC_KHZ, 0);
+    int khz = kvm_ioctl(vcpu.fd(), KVM_GET_TSC_KHZ, 0);
     if (khz > 0) fp.tsc_khz = static_cast<uint32_t>(khz);
   }
   fp.kvm_api = static_cast<uint32_t>(sys.api_version());

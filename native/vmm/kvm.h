@@ -16,6 +16,12 @@
 
 namespace torpor {
 
+// Every KVM ioctl but KVM_RUN goes through here: retried on EINTR and counted
+// process-wide, so the benchmarks can say how many KVM calls a path makes
+// (kvm_call_count before and after; a statistic, no machine's state).
+int kvm_ioctl(int fd, unsigned long req, unsigned long arg);
+uint64_t kvm_call_count();
+
 // Capability numbers newer than bookworm's <linux/kvm.h>.
 #ifndef KVM_CAP_PRE_FAULT_MEMORY
 #define KVM_CAP_PRE_FAULT_MEMORY 236

@@ -57,11 +57,7 @@ bool allowed_msr(uint32_t i) {
   return false;
 }
 
-int raw_ioctl(int fd, unsigned long req, void* arg) {
-  int r;
-  do r = ::ioctl(fd, req, arg); while (r < 0 && errno == EINTR);
-  return r;
-}
+int raw_ioctl(int fd, unsigned long req, void* arg) { return kvm_ioctl(fd, req, reinterpret_cast<unsigned long>(arg)); }
 
 [[noreturn]] void refused(const char* what) {
   int e = errno;
