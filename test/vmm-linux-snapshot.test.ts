@@ -120,7 +120,7 @@ linuxTest(`a Linux guest at agent-ready, restored in a child Node process ${CHAI
       const out = chainOutput(r.stdout);
       // The file written before each capture is there after each restore: disk layers and the
       // guest's page cache both came through.
-      assert.equal(out.chain, Array.from({ length: n + 1 }, (_, i) => `g${i}`), `restore ${n}: /root/chain`);
+      assert.equal(out.chain, Array.from({ length: n + 1 }, (_, i) => `g${i}`), `restore ${n}: /var/tmp/chain`);
       // The guest's clock continued (kvmclock: no step back, no switch to another clocksource).
       assert.ok(out.uptime > uptime, `restore ${n}: uptime went from ${uptime} to ${out.uptime}`);
       assert.is(out.clocksource, boot.clocksource, `restore ${n}: the clocksource changed`);
