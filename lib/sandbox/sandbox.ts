@@ -12,11 +12,13 @@ import { existsSync } from 'node:fs';
 import { mkdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 
-import { KvmUnavailableError, TemplateNotFoundError, TorporError } from '../errors.js';
-import { AgentClient } from '../agent/client.js';
+import { KvmUnavailableError, TemplateNotFoundError } from '../errors.js';
+import type { AgentClient } from '../agent/client.js';
 import { homeLayout, torporHome } from '../store/home.js';
 import { Machine } from '../vm/machine.js';
 import { createAgentApi } from './agent-api.js';
+import { GUEST_CID, awaitBootedAgent } from './readiness.js';
+export { GUEST_CID };
 import type { Commands } from './commands.js';
 import type { Files } from './files.js';
 import type { Pty } from './pty.js';
@@ -49,10 +51,7 @@ export interface SandboxOpts {
 export const GUEST_CMDLINE =
   'console=ttyS0 reboot=k panic=1 pci=off nomodule 8250.nr_uarts=1 i8042.noaux i8042.nomux i8042.dumbkbd ' +
   'acpi=off root=/dev/vda rw init=/usr/sbin/torpor-agent quiet';
-export const AGENT_VSOCK_PORT = 1024;
-export const GUEST_CID = 3;
-/** What the agent prints on the console once it listens on its vsock port. */
-export const READY_LINE = /torpor-agent ready v1 /;
+export { AGENT_VSOCK_PORT, READY_LINE, awaitBootedAgent, awaitRestoredAgent, connectAgent } from './readiness.js';
 
 const OPT_KEYS = ['template', 'vcpus', 'memoryMiB', 'envs', 'metadata', 'boot', 'timeoutMs'] as const;
 
@@ -170,21 +169,7 @@ export class Sandbox implements AsyncDisposable {
         consoleLog: join(dir, 'console.log'),
       });
       await machine.start();
-      const bootTimeout = opts.boot?.timeoutMs ?? 30_000;
-      const deadline = Date.now() + bootTimeout;
-      try {
-        await machine.waitForConsole(READY_LINE, bootTimeout);
-      } catch (err) {
-        // A guest that stopped (panic=1 reboots, a triple fault) fails the wait at once: say
-        // so rather than blaming a timeout that never ran out.
-        const st = machine.state;
-        const why =
-          st === 'stopped' || st === 'failed'
-            ? `the guest stopped before its agent reported ready (${err instanceof Error ? err.message : String(err)})`
-            : `the guest agent did not report ready within ${bootTimeout} ms`;
-        throw new TorporError('BOOT_FAILED', `${why}. Last console output:\n${tailText(machine)}`, { cause: err });
-      }
-      client = await connectAgent(machine, deadline);
+      client = await awaitBootedAgent(machine, opts.boot?.timeoutMs ?? 30_000);
       const sbx = new Sandbox(id, dir, machine, client, opts.envs);
       await writeMeta(dir, { ...meta, state: 'running' });
       if (opts.timeoutMs) {
@@ -224,30 +209,7 @@ export class Sandbox implements AsyncDisposable {
   }
 }
 
-/** Connects to the agent once it printed its readiness line (or once a restored machine runs
- *  again). The line comes after listen(), so the first dial normally succeeds; a guest still
- *  bringing its vsock transport up gets a few more tries, until the deadline (at least a few
- *  seconds). */
-export async function connectAgent(machine: Machine, deadline: number): Promise<AgentClient> {
-  const until = Math.max(deadline, Date.now() + 5_000);
-  for (let attempt = 0; ; attempt++) {
-    try {
-      return await AgentClient.connect(() => machine.vsockConnect(AGENT_VSOCK_PORT), { reconnect: true });
-    } catch (err) {
-      const st = machine.state;
-      if (Date.now() >= until || st === 'stopped' || st === 'failed') {
-        throw new TorporError(
-          'BOOT_FAILED',
-          `the guest agent reported ready but its vsock port ${AGENT_VSOCK_PORT} did not answer (${attempt + 1} tries): ${err instanceof Error ? err.message : String(err)}`,
-          { cause: err },
-        );
-      }
-      await new Promise((r) => setTimeout(r, Math.min(50 * 2 ** attempt, 500)));
-    }
-  }
-}
-
-function tailText(machine: Machine): string {
+export function tailText(machine: Machine): string {
   return machine.consoleTail().toString('utf8');
 }
 
