@@ -2,6 +2,8 @@
 // newcomer is told to run and the two cannot drift apart.
 //   node --import tsx test/readme-commands.ts          prints them, one a line
 //   node --import tsx test/readme-commands.ts --run    runs them in order in the checkout; stops at the first failure
+//   ... --run --in DIR                                  runs the README of the checkout at DIR, in DIR (.ci/run's fresh clone,
+//                                                       where nothing is installed yet, so this script runs from another checkout)
 import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -22,14 +24,17 @@ export function readmeCommands(readme: string = readFileSync(join(checkout, 'REA
 }
 
 if (process.argv[1] === fileURLToPath(import.meta.url)) {
-  const commands = readmeCommands();
+  const at = process.argv.indexOf('--in');
+  const where = at >= 0 ? process.argv[at + 1] : checkout;
+  if (!where) throw new Error('--in needs a directory');
+  const commands = readmeCommands(readFileSync(join(where, 'README.md'), 'utf8'));
   if (!process.argv.includes('--run')) {
     for (const command of commands) console.log(command);
   } else {
     for (const command of commands) {
       const started = Date.now();
       process.stderr.write(`\n=== README: ${command}\n`);
-      const r = spawnSync('bash', ['-c', command], { cwd: checkout, stdio: 'inherit' });
+      const r = spawnSync('bash', ['-c', command], { cwd: where, stdio: 'inherit' });
       process.stderr.write(`=== README: ${command}: exit ${r.status ?? r.signal} in ${((Date.now() - started) / 1000).toFixed(0)} s\n`);
       if (r.status !== 0) process.exit(r.status ?? 1);
     }

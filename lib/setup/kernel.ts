@@ -1,8 +1,9 @@
 // The kernel phase: our own vmlinux built from guest/kernel/, or a kernel the
 // user supplies (TORPOR_KERNEL / --kernel), checked and copied into the store.
+import { existsSync } from 'node:fs';
 import { copyFile, mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { delimiter, join } from 'node:path';
 
 import { TorporError } from '../errors.js';
 import { ensureArtifact, type ArtifactResult, type ArtifactSpec } from '../store/artifact.js';
@@ -114,7 +115,7 @@ export async function builtKernelSpec(onProgress?: ProgressSink, variant?: Kerne
       try {
         await runScript(command[0]!, command.slice(1), {
           what: `building ${what}`,
-          env: { ...process.env, LINUX_SOURCE_TARBALL: process.env.LINUX_SOURCE_TARBALL ?? LINUX_SOURCE_TARBALL },
+          env: { ...process.env, ...compilerCacheEnv(dir), LINUX_SOURCE_TARBALL: process.env.LINUX_SOURCE_TARBALL ?? LINUX_SOURCE_TARBALL },
           log: (line) => log.push(line),
           onLine: (line) => {
             const phase = /^phase: (\S+)/.exec(line);
@@ -193,4 +194,27 @@ export async function builtKernel(root: string, verify: boolean, onProgress?: Pr
     throw new TorporError('KERNEL_INVALID', `the kernel built from guest/kernel has no PVH note (${info.format}); check CONFIG_PVH`);
   }
   return { path, info, origin: 'built', sha256: artifact.manifest.files.vmlinux!.sha256, artifact };
+}
+
+/** Debian's ccache masquerade directory: `gcc` there is ccache in front of the real gcc. */
+const CCACHE_MASQUERADE = '/usr/lib/ccache';
+
+/**
+ * The environment that puts ccache in front of gcc for a kernel build, when ccache is installed
+ * (deps/debian-packages.txt lists it; nothing requires it) and TORPOR_CCACHE is not '0'. A kernel
+ * takes 10-20 minutes on 2 cores; rebuilding one whose sources and config were compiled before
+ * (a fresh TORPOR_HOME, as CI's fresh-clone run uses, or a store entry rebuilt after damage) takes
+ * a few. The output is the same vmlinux, so the artifact's key does not mention the cache. Each
+ * build unpacks the source under its own store directory: base_dir makes those paths relative, so
+ * builds in different directories share entries; the sloppiness is for the headers kbuild
+ * generates during the build (their contents are still hashed).
+ */
+export function compilerCacheEnv(buildDir: string, env: NodeJS.ProcessEnv = process.env): NodeJS.ProcessEnv {
+  if (env.TORPOR_CCACHE === '0' || !existsSync(join(CCACHE_MASQUERADE, 'gcc'))) return {};
+  return {
+    PATH: `${CCACHE_MASQUERADE}${delimiter}${env.PATH ?? ''}`,
+    CCACHE_BASEDIR: buildDir,
+    CCACHE_NOHASHDIR: '1',
+    CCACHE_SLOPPINESS: 'time_macros,include_file_mtime,include_file_ctime',
+  };
 }
