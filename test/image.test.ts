@@ -29,7 +29,7 @@ function debugfs(image: string, request: string): string {
 
 test('the package list is parsed from build.sh (so key and script agree)', async () => {
   const packages = imagePackages(await readFile(join(imageDir, 'build.sh'), 'utf8'));
-  for (const p of ['bash', 'coreutils', 'python3', 'sqlite3', 'iproute2', 'procps', 'util-linux', 'ca-certificates', 'sudo']) {
+  for (const p of ['bash', 'coreutils', 'python3', 'sqlite3', 'iproute2', 'procps', 'util-linux', 'ca-certificates', 'sudo', 'curl', 'git']) {
     assert.ok(packages.includes(p), p);
   }
 });
@@ -44,7 +44,7 @@ testUnless('image', await needsSetup(), 'artifacts')('the rootfs is a clean ext4
   assert.match(superblock, /Block size:\s+4096/);
   assert.match(superblock, /Filesystem volume name:\s+torpor-root/);
 
-  for (const path of ['/usr/bin/python3', '/bin/bash', '/usr/bin/sqlite3', '/usr/sbin/ip', '/usr/sbin/torpor-agent']) {
+  for (const path of ['/usr/bin/python3', '/bin/bash', '/usr/bin/sqlite3', '/usr/sbin/ip', '/usr/bin/curl', '/usr/bin/git', '/usr/sbin/torpor-agent']) {
     const out = debugfs(image, `stat ${path}`);
     assert.match(out, /Inode: \d+\s+Type: (regular|symlink)/, `${path} in the image: ${out}`);
   }
