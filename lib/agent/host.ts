@@ -142,12 +142,20 @@ function waitForReady(child: ChildProcess, timeoutMs: number, stderr: () => stri
       cleanup();
       reject(new TorporError('SETUP_FAILED', `the host agent exited (${signal ?? code}) before it was ready: ${stderr()}`));
     };
+    // spawn() itself failed (EACCES on a binary the agent's uid cannot reach, ENOENT): the
+    // child emits 'error' and never 'exit'; unheard, that event would end the whole process.
+    const onError = (err: NodeJS.ErrnoException) => {
+      cleanup();
+      reject(new TorporError('SETUP_FAILED', `cannot start the host agent: ${err.message}`, { cause: err, ...(err.errno !== undefined ? { errno: Math.abs(err.errno) } : {}) }));
+    };
     const cleanup = () => {
       clearTimeout(timer);
       child.stdout!.off('data', onData);
       child.off('exit', onExit);
+      child.off('error', onError);
     };
     child.stdout!.on('data', onData);
     child.on('exit', onExit);
+    child.on('error', onError);
   });
 }
