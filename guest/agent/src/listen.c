@@ -92,7 +92,7 @@ void listen_knock(const struct agent_options *o) {
   if (o->listen_kind != LISTEN_VSOCK || knocker.fd >= 0) return;
   int fd = socket(AF_VSOCK, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) {
-    log_error("knock: socket: %s", strerror(errno));
+    log_info("knock: socket: %s", strerror(errno));
     return;
   }
   struct sockaddr_vm a;
@@ -107,7 +107,8 @@ void listen_knock(const struct agent_options *o) {
     if (loop_watch(&knocker, EPOLLOUT) == 0) return;
     knocker.fd = -1;
   } else if (r != 0 && errno != ECONNRESET && errno != ECONNREFUSED) {
-    log_error("knock: connect to the host's vsock port %u: %s", AGENT_KNOCK_PORT, strerror(errno));
+    /* ENODEV: no vsock transport to a host (e.g. QEMU without a vsock device): nobody to tell. */
+    log_info("knock: connect to the host's vsock port %u: %s", AGENT_KNOCK_PORT, strerror(errno));
   }
   close(fd);
 }

@@ -67,7 +67,10 @@ class VsockDevice final : public VirtioDevice, public VsockHost {
   static constexpr int kCloseTimeoutMs = 2000;
   // After a transport reset, REQUESTs are held until the guest re-posts an
   // event buffer (its reset handling is done by then), or at most this long.
-  static constexpr int kEventRefillWaitMs = 500;
+  // The host connects to a restored agent once, with no retry
+  // (lib/sandbox/readiness.ts), so this covers a slow guest (an emulated
+  // nested host takes seconds); each connect's own timeout still ends it.
+  static constexpr int kEventRefillWaitMs = 10000;
   // Control packets (RST, CREDIT_UPDATE...) queued for the guest at most;
   // beyond it the tx queue is left alone until the guest takes some.
   static constexpr size_t kMaxControl = 1024;
