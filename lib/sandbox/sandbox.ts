@@ -6,7 +6,7 @@
 // create(): validate options -> check this host can boot a Linux guest -> ensureArtifacts()
 // (kernel, root filesystem with the agent as /usr/sbin/torpor-agent) -> a directory under
 // TORPOR_HOME/sandboxes/<id>/ (meta.json, the disk overlay, console.log) -> a Machine with the
-// root filesystem as /dev/vda -> the agent's readiness line -> vsock port 1024 -> HELLO.
+// root filesystem as /dev/vda -> the agent's knock on vsock port 1023 -> vsock port 1024 -> HELLO.
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { mkdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
@@ -17,7 +17,7 @@ import type { AgentClient } from '../agent/client.js';
 import { homeLayout, torporHome } from '../store/home.js';
 import { Machine } from '../vm/machine.js';
 import { createAgentApi } from './agent-api.js';
-import { GUEST_CID, awaitBootedAgent } from './readiness.js';
+import { AGENT_KNOCK_PORT, GUEST_CID, awaitBootedAgent } from './readiness.js';
 export { GUEST_CID };
 import type { Commands } from './commands.js';
 import type { Files } from './files.js';
@@ -41,7 +41,7 @@ export interface SandboxOpts {
     kernel?: string;
     /** Appended to the kernel command line. */
     cmdlineExtra?: string;
-    /** How long to wait for the agent's readiness line (default 30 s; a PVM host is slower). */
+    /** How long to wait for the agent to knock and answer (default 30 s; a PVM host is slower). */
     timeoutMs?: number;
   };
   /** Kill the sandbox after this long (default: never). */
@@ -51,7 +51,7 @@ export interface SandboxOpts {
 export const GUEST_CMDLINE =
   'console=ttyS0 reboot=k panic=1 pci=off nomodule 8250.nr_uarts=1 i8042.noaux i8042.nomux i8042.dumbkbd ' +
   'acpi=off root=/dev/vda rw init=/usr/sbin/torpor-agent quiet';
-export { AGENT_VSOCK_PORT, READY_LINE, awaitBootedAgent, awaitRestoredAgent, connectAgent } from './readiness.js';
+export { AGENT_KNOCK_PORT, AGENT_VSOCK_PORT, awaitBootedAgent, awaitRestoredAgent } from './readiness.js';
 
 const OPT_KEYS = ['template', 'vcpus', 'memoryMiB', 'envs', 'metadata', 'boot', 'timeoutMs'] as const;
 
@@ -166,6 +166,7 @@ export class Sandbox implements AsyncDisposable {
         memoryMiB: meta.memoryMiB,
         disks: [{ base: artifacts.rootfs, overlay: join(dir, 'overlay') }],
         vsockCid: GUEST_CID,
+        vsockKnockPorts: [AGENT_KNOCK_PORT],
         consoleLog: join(dir, 'console.log'),
       });
       await machine.start();
