@@ -13,9 +13,11 @@ test("the README's commands: install, test, demo (comments dropped)", () => {
   assert.throws(() => readmeCommands('## Other\n'), /no "## Use it" section/);
 });
 
-test('.ci/run runs them from the README, not a copy of its own', () => {
+test('.ci/run runs them from the README of a fresh clone with an empty TORPOR_HOME, not a copy of its own', () => {
   const ci = readFileSync(join(packageRoot, '.ci', 'run'), 'utf8');
-  assert.match(ci, /^node --import tsx test\/readme-commands\.ts --run$/m);
+  assert.match(ci, /^node --import tsx test\/readme-commands\.ts --run --in "\$fresh\/torpor"$/m);
+  assert.match(ci, /^git clone -q "\$PWD" "\$fresh\/torpor"$/m);
+  assert.match(ci, /^export TORPOR_HOME="\$fresh\/home"$/m);
   assert.not.match(ci, /^npm test$/m);
 });
 
