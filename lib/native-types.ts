@@ -28,6 +28,8 @@ export interface NativeDiskConfig {
   base: string;
   /** Copy-on-write overlay data file (format: docs/overlay.md); created if missing. */
   overlay: string;
+  /** Overlays frozen by snapshot generations, oldest first, opened read-only under `overlay`. */
+  frozen?: string[];
   readOnly?: boolean;
   serial?: string;
 }

@@ -1,24 +1,42 @@
-// Sandbox: a Linux microVM whose guest agent runs commands and moves files.
+// Sandbox: a Linux microVM whose guest agent runs commands and moves files, and that can be
+// paused into its directory and continued later, in this process or in another one.
 //
 //   await using sbx = await Sandbox.create()
 //   const r = await sbx.commands.run(['python3', '-c', 'print(6*7)'])
+//   await sbx.pause()                                   // RAM, processes, files: into its directory
+//   const again = await Sandbox.connect(sbx.sandboxId)  // hours later, from any process
 //
 // create(): validate options -> check this host can boot a Linux guest -> ensureArtifacts()
-// (kernel, root filesystem with the agent as /usr/sbin/torpor-agent) -> a directory under
-// TORPOR_HOME/sandboxes/<id>/ (meta.json, the disk overlay, console.log) -> a Machine with the
-// root filesystem as /dev/vda -> the agent's readiness line -> vsock port 1024 -> HELLO.
-import { randomBytes } from 'node:crypto';
+// (kernel, root filesystem with the agent as /usr/sbin/torpor-agent) -> its directory
+// (lib/store/sandbox-dir.ts) with the owner lock taken -> a Machine with the root filesystem as
+// /dev/vda -> the agent's rendezvous (readiness.ts) -> HELLO.
+// pause() / connect(): docs/sandbox-lifecycle.md. States and transitions: lifecycle.ts.
 import { existsSync } from 'node:fs';
-import { mkdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
-import { join } from 'node:path';
+import { readFile, stat } from 'node:fs/promises';
+import { join, relative } from 'node:path';
 
-import { KvmUnavailableError, TemplateNotFoundError } from '../errors.js';
+import { KvmUnavailableError, SandboxNotFoundError, TemplateNotFoundError, TorporError } from '../errors.js';
 import type { AgentClient } from '../agent/client.js';
 import { homeLayout, torporHome } from '../store/home.js';
+import { takeOwnerLock, type OwnerLock } from '../store/owner-lock.js';
+import {
+  SandboxDir,
+  checkSandboxId,
+  newSandboxId,
+  sandboxIds,
+  type OnTimeout,
+  type ResumedFrom,
+  type SandboxMeta,
+} from '../store/sandbox-dir.js';
 import { Machine } from '../vm/machine.js';
 import { createAgentApi } from './agent-api.js';
-import { GUEST_CID, awaitBootedAgent } from './readiness.js';
+import { sendResumed, syncGuest } from './guest-requests.js';
+import { IdleTimer } from './idle-timer.js';
+import { Lifecycle, type SandboxState } from './lifecycle.js';
+import { installSignalHandlers, registerRunning, unregisterRunning } from './process-exit.js';
+import { GUEST_CID, awaitBootedAgent, awaitRestoredAgent } from './readiness.js';
 export { GUEST_CID };
+export type { SandboxState } from './lifecycle.js';
 import type { Commands } from './commands.js';
 import type { Files } from './files.js';
 import type { Pty } from './pty.js';
@@ -44,8 +62,57 @@ export interface SandboxOpts {
     /** How long to wait for the agent's readiness line (default 30 s; a PVM host is slower). */
     timeoutMs?: number;
   };
-  /** Kill the sandbox after this long (default: never). */
+  /** After this long without activity (API calls, command output), `lifecycle.onTimeout`
+   *  happens (default: never). Kept across pause and connect. */
   timeoutMs?: number;
+  lifecycle?: {
+    /** What the timeout does: 'kill' (default) or 'pause' (a paused sandbox costs disk only). */
+    onTimeout?: OnTimeout;
+  };
+}
+
+export interface ConnectOpts {
+  /** 'restore' (default): continue from memory, booting the same generation's disk when the
+   *  memory image cannot be used; 'reboot': boot that disk. */
+  onResume?: 'restore' | 'reboot';
+  /** How long a restored guest's agent has to answer before the disk is booted instead (default 10 s). */
+  restoreTimeoutMs?: number;
+  /** How long a boot from disk waits for the agent (default 30 s). */
+  bootTimeoutMs?: number;
+}
+
+export interface PauseResult {
+  sandboxId: string;
+  generation: number;
+  /** Bytes the generation wrote. */
+  bytes: number;
+  /** Machine state and memory read (ms from the capture's start), and the generation durable. */
+  capturedMs: number;
+  durableMs: number;
+  pausedAt: Date;
+}
+
+export interface SandboxInfo {
+  sandboxId: string;
+  state: SandboxState;
+  template: string;
+  metadata: Record<string, string>;
+  createdAt: Date;
+  pausedAt?: Date;
+  resumedAt?: Date;
+  resumedFrom?: ResumedFrom;
+  /** Why the last resume booted from disk instead of continuing from memory. */
+  resumeReason?: string;
+  /** A dead owner's sandbox that a connect recovered: work done between these times is lost. */
+  lostInterval?: { from: Date; to: Date };
+  /** The live process that owns it, when one does. */
+  ownerPid: number | null;
+  /** The generation a connect continues from (0: none yet). */
+  generation: number;
+  /** Bytes its directory takes on disk. */
+  bytesOnDisk: number;
+  timeoutMs?: number;
+  onTimeout?: OnTimeout;
 }
 
 export const GUEST_CMDLINE =
@@ -53,7 +120,11 @@ export const GUEST_CMDLINE =
   'acpi=off root=/dev/vda rw init=/usr/sbin/torpor-agent quiet';
 export { AGENT_VSOCK_PORT, READY_LINE, awaitBootedAgent, awaitRestoredAgent, connectAgent } from './readiness.js';
 
-const OPT_KEYS = ['template', 'vcpus', 'memoryMiB', 'envs', 'metadata', 'boot', 'timeoutMs'] as const;
+const OPT_KEYS = ['template', 'vcpus', 'memoryMiB', 'envs', 'metadata', 'boot', 'timeoutMs', 'lifecycle'] as const;
+/** How long the guest has to answer SYNC before a pause captures without it. */
+const SYNC_TIMEOUT_MS = 10_000;
+/** How long RESUMED may take. */
+const RESUMED_TIMEOUT_MS = 5_000;
 
 function validate(opts: SandboxOpts): void {
   checkObject('opts', opts);
@@ -64,12 +135,24 @@ function validate(opts: SandboxOpts): void {
   checkEnvs('opts.envs', opts.envs);
   checkEnvs('opts.metadata', opts.metadata);
   checkInt('opts.timeoutMs', opts.timeoutMs, 1, 2 ** 31 - 1);
+  checkObject('opts.lifecycle', opts.lifecycle);
+  checkKnownKeys('opts.lifecycle', opts.lifecycle, ['onTimeout']);
+  const onTimeout = opts.lifecycle?.onTimeout;
+  if (onTimeout !== undefined && onTimeout !== 'pause' && onTimeout !== 'kill') fail('opts.lifecycle.onTimeout', "'pause' or 'kill'", onTimeout);
   checkObject('opts.boot', opts.boot);
   checkKnownKeys('opts.boot', opts.boot, ['kernel', 'cmdlineExtra', 'timeoutMs']);
   checkString('opts.boot.kernel', opts.boot?.kernel, { nonEmpty: true });
   checkString('opts.boot.cmdlineExtra', opts.boot?.cmdlineExtra);
   checkInt('opts.boot.timeoutMs', opts.boot?.timeoutMs, 1, 2 ** 31 - 1);
   if (opts.boot?.kernel !== undefined && !existsSync(opts.boot.kernel)) fail('opts.boot.kernel', 'an existing file', opts.boot.kernel);
+}
+
+function validateConnect(opts: ConnectOpts): void {
+  checkObject('opts', opts);
+  checkKnownKeys('opts', opts, ['onResume', 'restoreTimeoutMs', 'bootTimeoutMs']);
+  if (opts.onResume !== undefined && opts.onResume !== 'restore' && opts.onResume !== 'reboot') fail('opts.onResume', "'restore' or 'reboot'", opts.onResume);
+  checkInt('opts.restoreTimeoutMs', opts.restoreTimeoutMs, 1, 2 ** 31 - 1);
+  checkInt('opts.bootTimeoutMs', opts.bootTimeoutMs, 1, 2 ** 31 - 1);
 }
 
 /** Whether this host can boot a Linux guest, and if not, exactly why and what to do. */
@@ -95,31 +178,140 @@ async function recordedKernel(): Promise<boolean> {
   }
 }
 
+
+/** What a running sandbox is made of; replaced whole after a resume. */
+interface Running {
+  machine: Machine;
+  client: AgentClient;
+  lock: OwnerLock;
+  /** Disk layers under the machine's top (relative to the directory): what the next pause adds to. */
+  diskLayers: string[];
+}
+
+const SANDBOX_BUSY = (id: string, pid: number | null) =>
+  new TorporError(
+    'SANDBOX_BUSY',
+    `sandbox ${id} is in use by ${pid ? `process ${pid}` : 'another process'}: pause it there (or end that process), then connect again`,
+  );
+
 export class Sandbox implements AsyncDisposable {
-  readonly id: string;
+  readonly sandboxId: string;
   readonly commands: Commands;
   readonly files: Files;
   readonly pty: Pty;
-  private killed = false;
-  private lifetimeTimer: NodeJS.Timeout | undefined;
+  private readonly dir: string;
+  readonly #dir: SandboxDir;
+  #meta: SandboxMeta;
+  #run: Running | null;
+  readonly #life: Lifecycle;
+  #idle: IdleTimer | undefined;
+  /** Foreground commands.run calls in flight: a pause lets them finish first. */
+  readonly #foreground = new Set<Promise<unknown>>();
+  /** Requests the sandbox itself sends while pausing (SYNC). */
+  #internal = false;
 
-  private constructor(
-    id: string,
-    private readonly dir: string,
-    private readonly machine: Machine,
-    private readonly client: AgentClient,
-    envs: Record<string, string> | undefined,
-  ) {
-    this.id = id;
-    const api = createAgentApi(() => this.client, envs ? { envs } : {});
+  private constructor(dir: SandboxDir, meta: SandboxMeta, run: Running) {
+    this.sandboxId = dir.id;
+    this.dir = dir.path;
+    this.#dir = dir;
+    this.#meta = meta;
+    this.#run = run;
+    this.#life = new Lifecycle('running', `sandbox ${dir.id}`);
+    const api = createAgentApi(() => this.client, Object.keys(meta.envs).length ? { envs: meta.envs } : {});
     this.commands = api.commands;
     this.files = api.files;
     this.pty = api.pty;
+    const run_ = api.commands.run.bind(api.commands) as (...a: unknown[]) => Promise<unknown>;
+    // Foreground runs are tracked so that a pause waits for them (docs/sandbox-lifecycle.md).
+    (api.commands as { run: unknown }).run = (cmd: unknown, opts?: { background?: boolean }) => {
+      const p = run_(cmd, opts);
+      if (opts?.background) return p;
+      this.#foreground.add(p);
+      const done = () => this.#foreground.delete(p);
+      p.then(done, done);
+      return p;
+    };
+    this.#adopt(run);
+    this.#armTimeout();
+    registerRunning(this);
+  }
+
+  /** Alias of sandboxId. */
+  get id(): string {
+    return this.sandboxId;
+  }
+
+  /** The sandbox's state in this process: running, pausing, paused, resuming, killed or failed. */
+  get state(): SandboxState {
+    return this.#life.state;
+  }
+
+  isRunning(): boolean {
+    return this.#life.state === 'running';
+  }
+
+  private get machine(): Machine {
+    if (!this.#run) throw this.#notRunning('the machine');
+    return this.#run.machine;
+  }
+
+  private get client(): AgentClient {
+    if (!this.#run) throw this.#notRunning('this request');
+    return this.#run.client;
+  }
+
+  #notRunning(what: string): TorporError {
+    try {
+      this.#life.require(what, 'running');
+    } catch (err) {
+      return err as TorporError;
+    }
+    return new TorporError('INVALID_STATE', `${what}: sandbox ${this.sandboxId} has no machine`);
+  }
+
+  /** Hooks a new machine and client into the sandbox: activity, and the guest ending by itself. */
+  #adopt(run: Running): void {
+    const { client, machine } = run;
+    const open = client.open.bind(client);
+    client.open = (type, fields, handler, opts) => {
+      if (this.#life.state !== 'running' && !this.#internal) this.#life.require('a request to the agent', 'running');
+      this.#idle?.touch();
+      return open(
+        type,
+        fields,
+        {
+          onFrame: (...a) => {
+            this.#idle?.touch();
+            handler.onFrame(...a);
+          },
+          onError: (err) => handler.onError(err),
+          ...(handler.reissue ? { reissue: () => handler.reissue!() } : {}),
+        },
+        opts,
+      );
+    };
     // A guest that stops by itself (panic, reset, poweroff) takes the agent with it: end the
     // session now rather than letting requests wait for reconnects that cannot succeed.
     machine.once('exit', () => {
-      if (!this.killed) void this.client.close();
+      if (this.#run?.machine !== machine || this.#life.state !== 'running') return;
+      void client.close();
+      this.#idle?.stop();
+      this.#life.to('failed');
+      unregisterRunning(this);
     });
+  }
+
+  #armTimeout(): void {
+    this.#idle?.stop();
+    this.#idle = undefined;
+    const ms = this.#meta.timeoutMs;
+    if (!ms) return;
+    this.#idle = new IdleTimer(ms, () => {
+      if (this.#life.state !== 'running') return;
+      const act = this.#meta.onTimeout === 'pause' ? this.pause() : this.kill();
+      act.catch(() => undefined);
+    });
+    this.#idle.start();
   }
 
   static async create(opts: SandboxOpts = {}): Promise<Sandbox> {
@@ -136,10 +328,9 @@ export class Sandbox implements AsyncDisposable {
       throw new KvmUnavailableError(`cannot start a Linux sandbox on this host: ${artifacts.notes.join(' ')}`);
     }
 
-    const id = `sbx_${randomBytes(8).toString('hex')}`;
-    const dir = join(homeLayout(torporHome()).sandboxes, id);
-    const meta = {
-      id,
+    const dir = new SandboxDir(newSandboxId());
+    const meta: SandboxMeta = {
+      id: dir.id,
       template,
       createdAt: new Date().toISOString(),
       vcpus: opts.vcpus ?? 2,
@@ -148,65 +339,404 @@ export class Sandbox implements AsyncDisposable {
       envs: opts.envs ?? {},
       kernel: artifacts.kernel,
       rootfs: artifacts.rootfs,
+      cmdline: opts.boot?.cmdlineExtra ? `${GUEST_CMDLINE} ${opts.boot.cmdlineExtra}` : GUEST_CMDLINE,
       ownerPid: process.pid,
       state: 'starting',
+      ...(opts.timeoutMs ? { timeoutMs: opts.timeoutMs, onTimeout: opts.lifecycle?.onTimeout ?? 'kill' } : {}),
     };
 
     // Every failure from here on stops what was started and removes the sandbox's directory.
+    let lock: OwnerLock | undefined;
     let machine: Machine | undefined;
     let client: AgentClient | undefined;
     try {
-      await mkdir(dir, { recursive: true });
-      await writeMeta(dir, meta);
+      await dir.create();
+      const taken = await takeOwnerLock(dir.lockPath);
+      if (!taken.ok) throw SANDBOX_BUSY(dir.id, taken.ownerPid); // a fresh random id: cannot happen
+      lock = taken.lock;
+      await dir.writeMeta(meta);
       // Built on the thread pool: the kernel file and KVM's VM setup never block the JS thread.
       machine = await Machine.build({
         kernel: artifacts.kernel,
-        cmdline: opts.boot?.cmdlineExtra ? `${GUEST_CMDLINE} ${opts.boot.cmdlineExtra}` : GUEST_CMDLINE,
+        cmdline: meta.cmdline,
         vcpus: meta.vcpus,
         memoryMiB: meta.memoryMiB,
-        disks: [{ base: artifacts.rootfs, overlay: join(dir, 'overlay') }],
+        disks: [{ base: artifacts.rootfs, overlay: dir.firstOverlay }],
         vsockCid: GUEST_CID,
-        consoleLog: join(dir, 'console.log'),
+        consoleLog: dir.consoleLog,
       });
       await machine.start();
       client = await awaitBootedAgent(machine, opts.boot?.timeoutMs ?? 30_000);
-      const sbx = new Sandbox(id, dir, machine, client, opts.envs);
-      await writeMeta(dir, { ...meta, state: 'running' });
-      if (opts.timeoutMs) {
-        sbx.lifetimeTimer = setTimeout(() => void sbx.kill().catch(() => undefined), opts.timeoutMs);
-        sbx.lifetimeTimer.unref();
-      }
-      return sbx;
+      const running = { ...meta, state: 'running' as const };
+      await dir.writeMeta(running);
+      return new Sandbox(dir, running, { machine, client, lock, diskLayers: [] });
     } catch (err) {
       // The client first: with reconnect on, a client left open would keep dialling a stopped machine.
       await client?.close().catch(() => undefined);
       await machine?.stop().catch(() => undefined);
-      await rm(dir, { recursive: true, force: true }).catch(() => undefined);
+      await dir.remove().catch(() => undefined);
+      await lock?.release().catch(() => undefined);
       throw err;
     }
   }
 
-  /** The guest's recent console output (kernel messages, agent log lines). */
-  consoleLog(): string {
-    return tailText(this.machine);
+  /**
+   * Freezes the sandbox into its directory and gives back its CPU and memory: foreground
+   * `commands.run` calls in flight finish first (new requests are refused meanwhile), the agent
+   * runs `sync`, the machine is captured durably (a full memory image the first time, the pages
+   * written since after that) and stopped, the owner lock is released. The sandbox is then
+   * `paused`: `Sandbox.connect(sandboxId)` continues it, from this process or another.
+   */
+  async pause(): Promise<PauseResult> {
+    this.#life.require('pause()', 'running');
+    const run = this.#run!;
+    this.#life.to('pausing');
+    this.#idle?.stop();
+    // Captured while the guest still ran would be fine for memory, but the output of a command
+    // finishing during the capture would reach nobody: let them end first.
+    await Promise.allSettled([...this.#foreground]);
+    this.#internal = true;
+    try {
+      await syncGuest(run.client, SYNC_TIMEOUT_MS);
+    } catch {
+      // A guest whose agent does not answer is captured anyway: memory and disk taken at one
+      // instant are consistent; only a boot from this generation's disk would miss unsynced data.
+    } finally {
+      this.#internal = false;
+    }
+    const pausedAt = new Date();
+    await run.client.close();
+    let snap;
+    try {
+      snap = await run.machine.snapshot(this.#dir.snapshots, { stop: true });
+    } catch (err) {
+      await this.#captureFailed(run, err);
+      throw err;
+    }
+    const diskLayers = [...run.diskLayers, `snapshots/gen-${snap.generation}/disk0.overlay`];
+    this.#meta = {
+      ...this.#meta,
+      state: 'paused',
+      ownerPid: null,
+      generation: snap.generation,
+      pausedAt: pausedAt.toISOString(),
+      diskLayers,
+    };
+    try {
+      await this.#dir.writeMeta(this.#meta);
+      await this.#dir.dropUnusedTops().catch(() => undefined);
+    } finally {
+      this.#run = null;
+      unregisterRunning(this);
+      await run.lock.release();
+      this.#life.to('paused');
+    }
+    return {
+      sandboxId: this.sandboxId,
+      generation: snap.generation,
+      bytes: snap.bytes,
+      capturedMs: snap.capturedMs,
+      durableMs: snap.durableMs,
+      pausedAt,
+    };
   }
 
-  /** Stops the machine and deletes the sandbox's files. Idempotent. */
-  async kill(): Promise<void> {
-    if (this.killed) return;
-    this.killed = true;
-    if (this.lifetimeTimer) clearTimeout(this.lifetimeTimer);
+  /** A capture that failed: a machine that still runs goes on (with a new client); one that
+   *  stopped leaves the sandbox `failed`, its directory as the last generation left it. */
+  async #captureFailed(run: Running, err: unknown): Promise<void> {
+    const st = run.machine.state;
+    if (st === 'running' || st === 'paused') {
+      try {
+        if (st === 'paused') await run.machine.resume();
+        const client = await awaitRestoredAgent(run.machine, 10_000);
+        this.#run = { ...run, client };
+        this.#adopt(this.#run);
+        this.#life.to('running');
+        this.#armTimeout();
+        return;
+      } catch {
+        // fall through: stop it
+      }
+    }
+    await run.machine.stop().catch(() => undefined);
+    this.#run = null;
+    unregisterRunning(this);
+    await run.lock.release().catch(() => undefined);
+    this.#life.to('failed');
+    void err;
+  }
+
+  /**
+   * Continues a sandbox: the one this process runs (returned as it is), or a paused one, or one
+   * whose owner died (recovered from its last generation; getInfo().lostInterval says since
+   * when work is lost). SANDBOX_NOT_FOUND when there is no such sandbox, SANDBOX_BUSY (naming
+   * the pid) when another live process runs it. From memory by default: the restored guest's
+   * agent gets RESUMED (host clock, fresh entropy) before anything else; when the memory image
+   * cannot be used, the same generation's disk boots instead (`resumedFrom: 'disk'`, the reason
+   * in `resumeReason`).
+   */
+  static async connect(sandboxId: string, opts: ConnectOpts = {}): Promise<Sandbox> {
+    checkSandboxId(sandboxId);
+    validateConnect(opts);
+    const mine = live.get(sandboxId);
+    if (mine && mine.#life.state === 'running') return mine;
+    const dir = new SandboxDir(sandboxId);
+    if (!(await dir.exists())) throw new SandboxNotFoundError(`no sandbox ${sandboxId} in ${dir.path} (Sandbox.list() shows the ones there are)`);
+    const taken = await takeOwnerLock(dir.lockPath).catch(async (err: unknown) => {
+      if (!(await dir.exists())) throw new SandboxNotFoundError(`sandbox ${sandboxId} was removed`, { cause: err });
+      throw err;
+    });
+    if (!taken.ok) throw SANDBOX_BUSY(sandboxId, taken.ownerPid);
+    const lock = taken.lock;
     try {
-      await this.client.close();
-      await this.machine.stop();
+      const before = await dir.readMeta();
+      const sbx = await resume(dir, before, lock, opts);
+      return sbx;
+    } catch (err) {
+      await lock.release().catch(() => undefined);
+      throw err;
+    }
+  }
+
+  /** Internal: builds the Sandbox object around a resumed machine. */
+  static _adopt(dir: SandboxDir, meta: SandboxMeta, run: Running): Sandbox {
+    const sbx = new Sandbox(dir, meta, run);
+    live.set(dir.id, sbx);
+    return sbx;
+  }
+
+  /** The sandboxes under TORPOR_HOME, optionally only those in `state`. */
+  static async list(opts: { state?: SandboxState | SandboxState[] } = {}): Promise<SandboxInfo[]> {
+    checkObject('opts', opts);
+    checkKnownKeys('opts', opts, ['state']);
+    const want = opts.state === undefined ? null : Array.isArray(opts.state) ? opts.state : [opts.state];
+    const out: SandboxInfo[] = [];
+    for (const id of await sandboxIds()) {
+      const info = await Sandbox.getInfo(id).catch(() => null);
+      if (info && (!want || want.includes(info.state))) out.push(info);
+    }
+    return out;
+  }
+
+  /** What a sandbox is and where it stands, from its directory (any process may ask). */
+  static async getInfo(sandboxId: string): Promise<SandboxInfo> {
+    checkSandboxId(sandboxId);
+    const mine = live.get(sandboxId);
+    if (mine && mine.#life.state !== 'killed') return mine.getInfo();
+    const dir = new SandboxDir(sandboxId);
+    const meta = await dir.readMeta();
+    let state = meta.state;
+    let ownerPid: number | null = null;
+    if (state !== 'paused' && state !== 'killed') {
+      // Recorded as live: is its owner? A free lock means the owner died; connect recovers it.
+      const probe = await takeOwnerLock(dir.lockPath);
+      if (probe.ok) {
+        await probe.lock.release();
+        state = 'paused';
+      } else {
+        ownerPid = probe.ownerPid;
+      }
+    }
+    return infoOf(meta, state, ownerPid, await dir.currentGeneration(), await dir.bytesOnDisk());
+  }
+
+  /** This sandbox's info (state as this process knows it). */
+  async getInfo(): Promise<SandboxInfo> {
+    const running = this.#run !== null;
+    return infoOf(this.#meta, this.#life.state, running ? process.pid : null, this.#meta.generation ?? 0, await this.#dir.bytesOnDisk());
+  }
+
+  /**
+   * Removes a sandbox that no live process runs (paused, or its owner dead): its files are
+   * deleted. SANDBOX_BUSY when a live process owns it (kill it there). Resolves false when there
+   * was no such sandbox.
+   */
+  static async kill(sandboxId: string): Promise<boolean> {
+    checkSandboxId(sandboxId);
+    const mine = live.get(sandboxId);
+    if (mine && mine.#run) {
+      await mine.kill();
+      return true;
+    }
+    const dir = new SandboxDir(sandboxId);
+    if (!(await dir.exists())) return false;
+    const taken = await takeOwnerLock(dir.lockPath).catch(async (err: unknown) => {
+      if (!(await dir.exists())) return null;
+      throw err;
+    });
+    if (taken === null) return false;
+    if (!taken.ok) throw SANDBOX_BUSY(sandboxId, taken.ownerPid);
+    try {
+      await dir.remove();
     } finally {
-      await rm(this.dir, { recursive: true, force: true });
+      await taken.lock.release();
+    }
+    if (mine) mine.#markKilled();
+    return true;
+  }
+
+  #markKilled(): void {
+    if (this.#life.state !== 'killed') this.#life.to('killed');
+    this.#idle?.stop();
+    unregisterRunning(this);
+    if (live.get(this.sandboxId) === this) live.delete(this.sandboxId);
+  }
+
+  /** Opt-in: on SIGINT / SIGTERM, pause the running sandboxes, then re-raise the signal. */
+  static installSignalHandlers(opts: { signals?: NodeJS.Signals[]; timeoutMs?: number } = {}): () => void {
+    return installSignalHandlers(opts);
+  }
+
+  /** The guest's recent console output (kernel messages, agent log lines). */
+  consoleLog(): string {
+    return this.#run ? tailText(this.#run.machine) : '';
+  }
+
+  /** Stops the machine and deletes the sandbox's files. Idempotent. A paused sandbox is removed
+   *  as Sandbox.kill(id) removes it (SANDBOX_BUSY when another process has connected to it). */
+  async kill(): Promise<void> {
+    const st = this.#life.state;
+    if (st === 'killed') return;
+    if (st === 'paused' || (st === 'failed' && !this.#run)) {
+      await Sandbox.kill(this.sandboxId);
+      this.#markKilled();
+      return;
+    }
+    const run = this.#run;
+    this.#run = null;
+    this.#markKilled();
+    if (!run) return;
+    try {
+      await run.client.close();
+      await run.machine.stop();
+    } finally {
+      try {
+        await this.#dir.remove();
+      } finally {
+        await run.lock.release();
+      }
     }
   }
 
   async [Symbol.asyncDispose](): Promise<void> {
     await this.kill();
   }
+}
+
+/** Sandboxes this process runs or ran, by id (connect returns the running one as it is). */
+const live = new Map<string, Sandbox>();
+
+function infoOf(meta: SandboxMeta, state: SandboxState, ownerPid: number | null, generation: number, bytesOnDisk: number): SandboxInfo {
+  const info: SandboxInfo = {
+    sandboxId: meta.id,
+    state,
+    template: meta.template,
+    metadata: { ...meta.metadata },
+    createdAt: new Date(meta.createdAt),
+    ownerPid,
+    generation,
+    bytesOnDisk,
+  };
+  if (meta.pausedAt) info.pausedAt = new Date(meta.pausedAt);
+  if (meta.resumedAt) info.resumedAt = new Date(meta.resumedAt);
+  if (meta.resumedFrom) info.resumedFrom = meta.resumedFrom;
+  if (meta.resumeReason) info.resumeReason = meta.resumeReason;
+  if (meta.lostInterval) info.lostInterval = { from: new Date(meta.lostInterval.from), to: new Date(meta.lostInterval.to) };
+  if (meta.timeoutMs) info.timeoutMs = meta.timeoutMs;
+  if (meta.onTimeout) info.onTimeout = meta.onTimeout;
+  return info;
+}
+
+/** Why a restore was not used, in a few words for meta.json and getInfo(). */
+function reasonOf(err: unknown): string {
+  if (err instanceof TorporError) return `${err.code}: ${err.message.split('\n')[0]}`;
+  return err instanceof Error ? err.message : String(err);
+}
+
+/** Since when a dead owner's work is lost: the generation it is recovered from was captured at
+ *  `pausedAt`, and the machine ran again from `resumedAt` (or from creation, never paused). */
+async function lostSince(dir: SandboxDir, meta: SandboxMeta, generation: number): Promise<string> {
+  if (generation === 0) return meta.createdAt;
+  if (generation === meta.generation) return meta.resumedAt && meta.pausedAt && meta.resumedAt > meta.pausedAt ? meta.resumedAt : (meta.pausedAt ?? meta.createdAt);
+  // A generation newer than meta.json records (the owner died right after writing it).
+  const st = await stat(join(dir.snapshots, `gen-${generation}`, 'vm.state')).catch(() => null);
+  return st ? st.mtime.toISOString() : meta.createdAt;
+}
+
+async function resume(dir: SandboxDir, before: SandboxMeta, lock: OwnerLock, opts: ConnectOpts): Promise<Sandbox> {
+  const generation = await dir.currentGeneration();
+  const now = new Date();
+  // Only a sandbox recorded as running (or pausing, starting) lost work: a crash while paused
+  // or while resuming left its generation as it was.
+  const ownerDied = before.state === 'running' || before.state === 'pausing' || before.state === 'starting';
+  const lostInterval = ownerDied ? { from: await lostSince(dir, before, generation), to: now.toISOString() } : undefined;
+  await dir.writeMeta({ ...before, state: 'resuming', ownerPid: process.pid });
+
+  let machine: Machine | undefined;
+  let client: AgentClient | undefined;
+  let resumedFrom: ResumedFrom = 'memory';
+  let resumeReason: string | undefined;
+  let diskLayers = (await dir.diskLayersAt(before, generation)).map((p) => relative(dir.path, p));
+  try {
+    if (generation === 0) resumeReason = 'no generation: the sandbox was never paused';
+    else if (opts.onResume === 'reboot') resumeReason = "onResume: 'reboot'";
+    else {
+      try {
+        machine = await Machine.restore(dir.snapshots);
+        client = await awaitRestoredAgent(machine, opts.restoreTimeoutMs ?? 10_000);
+        await sendResumed(client, RESUMED_TIMEOUT_MS);
+      } catch (err) {
+        await client?.close().catch(() => undefined);
+        await machine?.stop().catch(() => undefined);
+        machine = client = undefined;
+        resumeReason = reasonOf(err);
+      }
+    }
+    if (!machine || !client) {
+      resumedFrom = 'disk';
+      // A sandbox never paused: its first top layer, as the dead owner's machine left it
+      // (crash-consistent), under a new top.
+      if (generation === 0 && existsSync(dir.firstOverlay)) diskLayers = [relative(dir.path, dir.firstOverlay)];
+      machine = await Machine.build({
+        kernel: before.kernel,
+        cmdline: before.cmdline,
+        vcpus: before.vcpus,
+        memoryMiB: before.memoryMiB,
+        disks: [{ base: before.rootfs, frozen: diskLayers.map((p) => join(dir.path, p)), overlay: dir.bootTop(generation) }],
+        vsockCid: GUEST_CID,
+        consoleLog: dir.consoleLog,
+      });
+      try {
+        await machine.start();
+        client = await awaitBootedAgent(machine, opts.bootTimeoutMs ?? 30_000);
+        await sendResumed(client, RESUMED_TIMEOUT_MS);
+      } catch (err) {
+        await client?.close().catch(() => undefined);
+        await machine.stop().catch(() => undefined);
+        throw err;
+      }
+    }
+  } catch (err) {
+    // Nothing was changed but meta.json's state: put it back.
+    await dir.writeMeta(before).catch(() => undefined);
+    throw err;
+  }
+  const meta: SandboxMeta = { ...before, state: 'running', ownerPid: process.pid, resumedAt: new Date().toISOString(), resumedFrom };
+  if (generation) meta.generation = generation;
+  meta.diskLayers = diskLayers;
+  delete meta.resumeReason;
+  if (resumeReason) meta.resumeReason = resumeReason;
+  delete meta.lostInterval;
+  if (lostInterval) meta.lostInterval = lostInterval;
+  try {
+    await dir.writeMeta(meta);
+  } catch (err) {
+    await client.close().catch(() => undefined);
+    await machine.stop().catch(() => undefined);
+    await dir.writeMeta(before).catch(() => undefined);
+    throw err;
+  }
+  return Sandbox._adopt(dir, meta, { machine, client, lock, diskLayers });
 }
 
 export function tailText(machine: Machine): string {
@@ -258,10 +788,4 @@ async function sharedArtifacts(kernel: string | undefined): Promise<Resolved> {
   const watched = [artifacts.kernel, artifacts.rootfs, homeLayout(home).setupRecord, ...(supplied ? [supplied] : [])];
   resolved.set(key, { artifacts, stamps: await stampsOf(watched) });
   return artifacts;
-}
-
-async function writeMeta(dir: string, meta: object): Promise<void> {
-  const tmp = join(dir, `meta.json.${process.pid}.tmp`);
-  await writeFile(tmp, JSON.stringify(meta, null, 2) + '\n');
-  await rename(tmp, join(dir, 'meta.json'));
 }

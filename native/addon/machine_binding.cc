@@ -50,6 +50,22 @@ MachineConfig parse_config(const Napi::Value& v) {
       b.overlay_path = js::get_string(d, "overlay", false);
       if (b.base_path.empty() && b.overlay_path.empty())
         throw Error(code::kInvalidArgument, "disks[" + std::to_string(i) + "] needs a base or an overlay");
+      // Overlays frozen by snapshot generations, oldest first, read-only between the base and
+      // the top: booting a paused sandbox's disk as it was at one generation.
+      if (js::has(d, "frozen")) {
+        Napi::Value fv = unwrap(d.Get("frozen"));
+        if (!fv.IsArray()) throw Error(code::kInvalidArgument, "disks[" + std::to_string(i) + "].frozen must be an array");
+        Napi::Array fa = fv.As<Napi::Array>();
+        if (fa.Length() > 64) throw Error(code::kInvalidArgument, "disks[" + std::to_string(i) + "].frozen: at most 64 layers");
+        for (uint32_t j = 0; j < fa.Length(); j++) {
+          Napi::Value f = unwrap(fa.Get(j));
+          if (!f.IsString() || f.As<Napi::String>().Utf8Value().empty())
+            throw Error(code::kInvalidArgument, "disks[" + std::to_string(i) + "].frozen entries must be non-empty strings");
+          b.frozen_overlays.push_back(f.As<Napi::String>().Utf8Value());
+        }
+        if (!b.frozen_overlays.empty() && b.overlay_path.empty())
+          throw Error(code::kInvalidArgument, "disks[" + std::to_string(i) + "] with frozen layers needs an overlay (the top)");
+      }
       b.read_only = js::get_bool(d, "readOnly", false);
       b.serial = js::get_string(d, "serial", false);
       if (b.serial.size() > 20) throw Error(code::kInvalidArgument, "disk serial is limited to 20 bytes");

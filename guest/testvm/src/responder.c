@@ -121,7 +121,7 @@ static void handle_hello(struct responder *r, const struct tp_header *h, const u
   struct tp_writer w;
   answer_begin(r, &w, h->stream, TP_HELLO, 0);
   tp_put_u32(&w, TP_T_VERSION, TP_PROTOCOL_VERSION);
-  tp_put_u64(&w, TP_T_FEATURES, TP_FEATURE_REQUEST_IDS);
+  tp_put_u64(&w, TP_T_FEATURES, TP_FEATURE_REQUEST_IDS | TP_FEATURE_RESUMED);
   tp_put_str(&w, TP_T_NAME, SERVER_NAME);
   tp_put_i64(&w, TP_T_TIME_NS, 0); /* no wall clock in the test guest */
   answer_end(r, &w);
