@@ -12,8 +12,8 @@
 // /dev/vda -> the agent's rendezvous (readiness.ts) -> HELLO.
 // pause() / connect(): docs/sandbox-lifecycle.md. States and transitions: lifecycle.ts.
 import { existsSync } from 'node:fs';
-import { readFile, stat } from 'node:fs/promises';
-import { join, relative } from 'node:path';
+import { mkdir, readFile, stat } from 'node:fs/promises';
+import { dirname, join, relative } from 'node:path';
 
 import { KvmUnavailableError, SandboxNotFoundError, TemplateNotFoundError, TorporError } from '../errors.js';
 import type { AgentClient } from '../agent/client.js';
@@ -234,6 +234,7 @@ export class Sandbox implements AsyncDisposable {
     this.#adopt(run);
     this.#armTimeout();
     registerRunning(this);
+    live.set(dir.id, this);
   }
 
   /** Alias of sandboxId. */
@@ -272,6 +273,8 @@ export class Sandbox implements AsyncDisposable {
   /** Hooks a new machine and client into the sandbox: activity, and the guest ending by itself. */
   #adopt(run: Running): void {
     const { client, machine } = run;
+    // An idle session does not keep the process alive: Node reaches beforeExit, which pauses.
+    client.setIdleUnref(true);
     const open = client.open.bind(client);
     client.open = (type, fields, handler, opts) => {
       if (this.#life.state !== 'running' && !this.#internal) this.#life.require('a request to the agent', 'running');
@@ -500,9 +503,7 @@ export class Sandbox implements AsyncDisposable {
 
   /** Internal: builds the Sandbox object around a resumed machine. */
   static _adopt(dir: SandboxDir, meta: SandboxMeta, run: Running): Sandbox {
-    const sbx = new Sandbox(dir, meta, run);
-    live.set(dir.id, sbx);
-    return sbx;
+    return new Sandbox(dir, meta, run);
   }
 
   /** The sandboxes under TORPOR_HOME, optionally only those in `state`. */
@@ -522,7 +523,7 @@ export class Sandbox implements AsyncDisposable {
   static async getInfo(sandboxId: string): Promise<SandboxInfo> {
     checkSandboxId(sandboxId);
     const mine = live.get(sandboxId);
-    if (mine && mine.#life.state !== 'killed') return mine.getInfo();
+    if (mine && mine.#run) return mine.getInfo();
     const dir = new SandboxDir(sandboxId);
     const meta = await dir.readMeta();
     let state = meta.state;
@@ -697,12 +698,14 @@ async function resume(dir: SandboxDir, before: SandboxMeta, lock: OwnerLock, opt
       // A sandbox never paused: its first top layer, as the dead owner's machine left it
       // (crash-consistent), under a new top.
       if (generation === 0 && existsSync(dir.firstOverlay)) diskLayers = [relative(dir.path, dir.firstOverlay)];
+      const top = dir.bootTop(generation);
+      await mkdir(dirname(top), { recursive: true });
       machine = await Machine.build({
         kernel: before.kernel,
         cmdline: before.cmdline,
         vcpus: before.vcpus,
         memoryMiB: before.memoryMiB,
-        disks: [{ base: before.rootfs, frozen: diskLayers.map((p) => join(dir.path, p)), overlay: dir.bootTop(generation) }],
+        disks: [{ base: before.rootfs, frozen: diskLayers.map((p) => join(dir.path, p)), overlay: top }],
         vsockCid: GUEST_CID,
         consoleLog: dir.consoleLog,
       });

@@ -19,8 +19,26 @@ export type TakeResult = { ok: true; lock: OwnerLock } | { ok: false; ownerPid: 
 
 const BUSY_EXIT = 75;
 
+function pidAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
 /** Takes the lock at `path` if it is free; otherwise says who holds it (pid, when known). */
 export async function takeOwnerLock(path: string): Promise<TakeResult> {
+  // An owner that just died: its helper exits a moment later (it reads end-of-file first).
+  for (let i = 0; ; i++) {
+    const r = await tryOnce(path);
+    if (r.ok || r.ownerPid === null || pidAlive(r.ownerPid) || i >= 40) return r;
+    await new Promise((resolve) => setTimeout(resolve, 25));
+  }
+}
+
+async function tryOnce(path: string): Promise<TakeResult> {
   const child = spawn(
     'flock',
     ['--exclusive', '--nonblock', '--conflict-exit-code', String(BUSY_EXIT), path, 'sh', '-c', 'echo locked; exec cat >/dev/null'],
