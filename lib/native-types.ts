@@ -159,6 +159,14 @@ export interface NativeBinding {
   describeSnapshot(dir: string): Record<string, Buffer>;
   /** VM shells kept for restores (native/vmm/vm_pool.h): sets the depth when given (0..16, 0 = off). */
   restorePool(depth?: number): { depth: number; idle: number };
+  /**
+   * Non-blocking exclusive flock(2) on path (created 0644 if missing), through an O_CLOEXEC fd this
+   * process holds; the holder's pid is written into the file. `{ fd }` when taken, else the pid read
+   * from the file (null when unreadable). PERMISSION_DENIED / IO_ERROR (with errno) otherwise.
+   */
+  tryLockFile(path: string): { fd: number } | { ownerPid: number | null };
+  /** Closes an fd tryLockFile returned, releasing its lock. INVALID_ARGUMENT for any other fd. */
+  closeLockFile(fd: number): void;
   /** KVM ioctls this process made so far, KVM_RUN aside (benchmarks: KVM calls per path). */
   kvmCallCount(): number;
   /** Build facts: addon version, compiler, whether built with sanitizers. */

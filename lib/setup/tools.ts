@@ -16,15 +16,12 @@ export const LINUX_SOURCE_TARBALL = '/usr/src/linux-source-6.1.tar.xz';
 
 const requirements: Record<PhaseName, Requirement[]> = {
   agent: [
-    // The store's build lock (lib/store/lock.ts), taken by every phase that builds.
-    { need: 'flock', pkg: 'util-linux' },
     { need: 'make', pkg: 'make' },
     { need: 'cc', pkg: 'gcc' },
     // guest/image/add-agent.sh writes the agent into the image with debugfs.
     { need: 'debugfs', pkg: 'e2fsprogs' },
   ],
   kernel: [
-    { need: 'flock', pkg: 'util-linux' },
     { need: 'make', pkg: 'make' },
     { need: 'gcc', pkg: 'gcc' },
     { need: 'flex', pkg: 'flex' },
@@ -38,7 +35,6 @@ const requirements: Record<PhaseName, Requirement[]> = {
   rootfs: [
     { need: 'mmdebstrap', pkg: 'mmdebstrap' },
     { need: 'mkfs.ext4', pkg: 'e2fsprogs' },
-    { need: 'flock', pkg: 'util-linux' },
     // guest/image/build.sh detaches whatever a failed mmdebstrap left mounted before deleting its tree.
     { need: 'umount', pkg: 'mount' },
   ],

@@ -1,16 +1,17 @@
-// Inter-process exclusive lock for building one artifact.
+// Inter-process exclusive locks: an artifact being built, a sandbox's owner.
 //
-// Node has no flock(2), so a child `flock` process (util-linux) takes the lock
-// and holds it while its stdin stays open. The kernel releases a flock when its
-// holder dies, so a builder killed mid-build (even with SIGKILL) never leaves a
-// stale lock behind: its pipe closes, the child exits, the next waiter proceeds.
-// The lock file is never unlinked (unlinking a flock'd path lets two processes
-// lock two different inodes); it holds the owner's pid for messages only.
-import { spawn, type ChildProcessByStdio } from 'node:child_process';
-import { readFile, writeFile } from 'node:fs/promises';
-import type { Readable, Writable } from 'node:stream';
+// The addon takes a flock(2) on an O_CLOEXEC fd this process holds
+// (native/base/file_lock.h): per open file description, so two locks on one
+// path exclude each other inside one process too, and released by the kernel
+// when the fd closes or the process dies, SIGKILL included, so a dead holder
+// never leaves a stale lock. The fd is a plain number here: a HeldLock keeps
+// nothing on the event loop. The lock file is never unlinked (unlinking a
+// flock'd path lets two processes lock two different inodes); it holds the
+// owner's pid for messages only.
+import { setTimeout as sleep } from 'node:timers/promises';
 
 import { TorporError } from '../errors.js';
+import { loadNative } from '../native.js';
 
 export interface HeldLock {
   readonly path: string;
@@ -25,83 +26,59 @@ export interface LockOptions {
   timeoutMs?: number;
 }
 
-export async function acquireLock(path: string, options: LockOptions = {}): Promise<HeldLock> {
-  let child: ChildProcessByStdio<Writable, Readable, Readable>;
+/** Non-blocking: the lock, or who holds it (pid from the file; null if unreadable). */
+export function tryLock(path: string): { ok: true; lock: HeldLock } | { ok: false; ownerPid: number | null } {
+  const native = loadNative();
+  let attempt: { fd: number } | { ownerPid: number | null };
   try {
-    child = spawn('flock', ['--exclusive', path, 'sh', '-c', 'echo locked; exec cat >/dev/null'], {
-      stdio: ['pipe', 'pipe', 'pipe'],
-    });
+    attempt = native.tryLockFile(path);
   } catch (err) {
-    throw new TorporError('MISSING_TOOLS', 'cannot run flock (install the Debian package util-linux)', { cause: err });
+    if (!(err instanceof TorporError) || err.code !== 'PERMISSION_DENIED') throw err;
+    const hint = '. Run as the user who owns this directory, or set TORPOR_HOME to a directory you own.';
+    throw new TorporError('PERMISSION_DENIED', err.message + hint, { errno: err.errno, cause: err });
   }
-
-  await new Promise<void>((resolve, reject) => {
-    let stderr = '';
-    let settled = false;
-    const finish = (err?: Error): void => {
-      if (settled) return;
-      settled = true;
-      clearTimeout(notice);
-      if (timeout) clearTimeout(timeout);
-      if (err) {
-        child.kill('SIGKILL');
-        reject(err);
-      } else resolve();
-    };
-    const notice = setTimeout(() => {
-      readFile(path, 'utf8').then(
-        (text) => options.onWait?.(Number.parseInt(text, 10) || undefined),
-        () => options.onWait?.(undefined),
-      );
-    }, options.waitNoticeMs ?? 250);
-    const timeout =
-      options.timeoutMs === undefined
-        ? undefined
-        : setTimeout(() => finish(new TorporError('TIMEOUT', `timed out waiting for lock ${path}`)), options.timeoutMs);
-    child.stdout.setEncoding('utf8');
-    child.stdout.on('data', (chunk: string) => {
-      if (chunk.includes('locked')) finish();
-    });
-    child.stderr.setEncoding('utf8');
-    child.stderr.on('data', (chunk: string) => (stderr += chunk));
-    child.on('error', (err: NodeJS.ErrnoException) => {
-      const missing = err.code === 'ENOENT';
-      finish(
-        new TorporError(
-          missing ? 'MISSING_TOOLS' : 'IO_ERROR',
-          missing ? 'flock is not installed; install the Debian package util-linux' : `cannot lock ${path}: ${err.message}`,
-          { cause: err },
-        ),
-      );
-    });
-    child.on('exit', (code) => {
-      const denied = /Permission denied|Read-only file system/.test(stderr);
-      finish(
-        new TorporError(
-          denied ? 'PERMISSION_DENIED' : 'IO_ERROR',
-          `cannot lock ${path}: flock exited ${code}: ${stderr.trim()}` +
-            (denied ? '. Run as the user who owns this directory, or set TORPOR_HOME to a directory you own.' : ''),
-        ),
-      );
-    });
-  });
-
-  // For "waiting for pid N" messages only; the flock is what excludes.
-  await writeFile(path, `${process.pid}\n`).catch(() => undefined);
-
+  if (!('fd' in attempt)) return { ok: false, ownerPid: attempt.ownerPid };
+  const fd = attempt.fd;
   let released = false;
-  return {
+  const lock: HeldLock = {
     path,
-    async release(): Promise<void> {
-      if (released) return;
-      released = true;
-      child.removeAllListeners('exit');
-      const exited = new Promise<void>((resolve) => {
-        if (child.exitCode !== null || child.signalCode !== null) resolve();
-        else child.once('exit', () => resolve());
-      });
-      child.stdin.end();
-      await exited;
+    release(): Promise<void> {
+      if (!released) {
+        released = true;
+        native.closeLockFile(fd);
+      }
+      return Promise.resolve();
     },
   };
+  return { ok: true, lock };
+}
+
+// Waits poll with backoff (a blocking flock would hold a thread-pool worker for
+// as long as a build takes): the first retries are quick, later ones 50 ms apart.
+const FIRST_RETRY_MS = 1;
+const MAX_RETRY_MS = 50;
+
+export async function acquireLock(path: string, options: LockOptions = {}): Promise<HeldLock> {
+  const started = performance.now();
+  const noticeMs = options.waitNoticeMs ?? 250;
+  let noticed = false;
+  let delay = FIRST_RETRY_MS;
+  for (;;) {
+    const attempt = tryLock(path);
+    if (attempt.ok) return attempt.lock;
+    const waited = performance.now() - started;
+    if (!noticed && waited >= noticeMs) {
+      noticed = true;
+      options.onWait?.(attempt.ownerPid ?? undefined);
+    }
+    if (options.timeoutMs !== undefined && waited >= options.timeoutMs) {
+      const owner = attempt.ownerPid === null ? '' : ` (held by pid ${attempt.ownerPid})`;
+      throw new TorporError('TIMEOUT', `timed out waiting for lock ${path}${owner}`);
+    }
+    let next = delay;
+    if (!noticed) next = Math.min(next, Math.max(1, noticeMs - waited));
+    if (options.timeoutMs !== undefined) next = Math.min(next, Math.max(1, options.timeoutMs - waited));
+    await sleep(next);
+    delay = Math.min(delay * 2, MAX_RETRY_MS);
+  }
 }

@@ -1,5 +1,6 @@
 // The addon's entry point: what lib/native.d.ts (NativeBinding) describes.
 #include "addon/addon_state.h"
+#include "addon/lock_binding.h"
 #include "addon/machine_binding.h"
 #include "addon/probe_binding.h"
 #include "vmm/kvm.h"
@@ -60,6 +61,8 @@ Napi::Object init(Napi::Env env, Napi::Object exports) {
   exports.Set("buildMachine", Napi::Function::New(env, MachineWrap::build_machine, "buildMachine"));
   exports.Set("restorePool", Napi::Function::New(env, restore_pool, "restorePool"));
   exports.Set("kvmCallCount", Napi::Function::New(env, kvm_call_count_binding, "kvmCallCount"));
+  exports.Set("tryLockFile", Napi::Function::New(env, try_lock_file_binding, "tryLockFile"));
+  exports.Set("closeLockFile", Napi::Function::New(env, close_lock_file_binding, "closeLockFile"));
   exports.Set("describeSnapshot", Napi::Function::New(env, MachineWrap::describe_snapshot, "describeSnapshot"));
   return exports;
 }

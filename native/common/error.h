@@ -18,6 +18,7 @@ namespace code {
 inline constexpr const char* kKvmUnavailable = "KVM_UNAVAILABLE";
 inline constexpr const char* kInvalidArgument = "INVALID_ARGUMENT";
 inline constexpr const char* kIo = "IO_ERROR";
+inline constexpr const char* kPermissionDenied = "PERMISSION_DENIED";
 inline constexpr const char* kGuestMemory = "GUEST_MEMORY";      // guest gave a bad address
 inline constexpr const char* kBootFailed = "BOOT_FAILED";        // kernel/initrd could not be loaded
 inline constexpr const char* kMachineFailed = "MACHINE_FAILED";  // triple fault, internal error...
