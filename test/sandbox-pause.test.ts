@@ -38,6 +38,9 @@ const kvmTest = noVm
 const kernel = testvmImage()!;
 
 const STATUS = 0x100000;
+const NESTED = process.env.TORPOR_NESTED === '1';
+/** How long a child Node process may take to get going (emulated in the nested host). */
+const CHILD_MS = NESTED ? 180_000 : 60_000;
 const internals = (sbx: Sandbox) => sbx as unknown as { client: AgentClient; machine: Machine; dir: string };
 const counter = (sbx: Sandbox) => Number(internals(sbx).machine.readGuest(STATUS + 0x08, 8).readBigUInt64LE());
 const guestStatus = (sbx: Sandbox) => {
@@ -68,7 +71,7 @@ async function until(cond: () => boolean | Promise<boolean>, what: string, ms = 
 
 /** Runs test/fixtures/sandbox-child.ts; resolves to its JSON line. */
 function child(...args: string[]): Record<string, unknown> {
-  const r = spawnSync(process.execPath, ['--import', 'tsx', 'test/fixtures/sandbox-child.ts', ...args], { encoding: 'utf8', timeout: 60_000 });
+  const r = spawnSync(process.execPath, ['--import', 'tsx', 'test/fixtures/sandbox-child.ts', ...args], { encoding: 'utf8', timeout: CHILD_MS });
   if (r.status !== 0) throw new Error(`child ${args.join(' ')} failed (${r.status} ${r.signal}): ${r.stderr}`);
   const line = r.stdout.trim().split('\n').pop()!;
   return JSON.parse(line) as Record<string, unknown>;
@@ -197,7 +200,7 @@ kvmTest('one owner: SANDBOX_BUSY naming the owner pid; SIGKILL of the owner free
   try {
     let out = '';
     holder.stdout.on('data', (d: Buffer) => (out += d.toString()));
-    await until(() => out.includes('held'), 'the child holding the sandbox', 60_000);
+    await until(() => out.includes('held'), 'the child holding the sandbox', CHILD_MS);
     const err = await Sandbox.connect(id).catch((e: unknown) => e);
     assert.ok(err instanceof TorporError && err.code === 'SANDBOX_BUSY', String(err));
     assert.match((err as Error).message, new RegExp(`process ${holder.pid}\\b`));
@@ -391,7 +394,8 @@ kvmTest('a process that ends by itself pauses its running sandboxes (beforeExit)
 kvmTest('SIGKILL of a process while it pauses and connects, at random moments (20 times): connect always works', async () => {
   const sbx = await Sandbox.create(bootOpts());
   const id = sbx.sandboxId;
-  const rounds = Number(process.env.TORPOR_PAUSE_KILL_ROUNDS ?? 20);
+  // Inside the nested host (emulated CPUs: a Node child takes seconds to start) 5 rounds.
+  const rounds = Number(process.env.TORPOR_PAUSE_KILL_ROUNDS ?? (NESTED ? 5 : 20));
   const from = { memory: 0, disk: 0 };
   try {
     await until(() => counter(sbx) > 100, 'the guest counting');
@@ -401,7 +405,7 @@ kvmTest('SIGKILL of a process while it pauses and connects, at random moments (2
       let out = '';
       c.stdout.on('data', (d: Buffer) => (out += d.toString()));
       const exited = new Promise<void>((resolve) => c.on('exit', () => resolve()));
-      await until(() => out.includes('cycle '), 'the child cycling', 60_000);
+      await until(() => out.includes('cycle '), 'the child cycling', CHILD_MS);
       await sleep(Math.random() * 200);
       c.kill('SIGKILL');
       await exited;

@@ -1,0 +1,89 @@
+// Pause and continue a real Linux sandbox (issue 8's Linux-level scenarios). Runs where a Linux
+// guest can boot (a hardware-virtualization host, or the nested host of `npm run test:linux`);
+// elsewhere registered as skipped, category linux-guest, with the reason.
+import { spawnSync } from 'node:child_process';
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+
+import { Sandbox, linuxGuestSupport } from '../lib/sandbox/sandbox.js';
+import { testUnless } from './skip-unless.js';
+
+const support = await linuxGuestSupport();
+const linuxTest = testUnless('sandbox-linux-pause', support.ok ? null : `this host cannot boot a Linux guest: ${support.reason}`, 'linux-guest');
+
+const BOOT = { boot: { timeoutMs: 180_000 }, memoryMiB: 256, vcpus: 1 };
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+function child(...args: string[]): Record<string, unknown> {
+  const r = spawnSync(process.execPath, ['--import', 'tsx', 'test/fixtures/linux-pause-child.ts', ...args], { encoding: 'utf8', timeout: 300_000 });
+  if (r.status !== 0) throw new Error(`child ${args.join(' ')} failed (${r.status} ${r.signal}): ${r.stderr}`);
+  return JSON.parse(r.stdout.trim().split('\n').pop()!) as Record<string, unknown>;
+}
+
+const APPENDER =
+  'import time\nn = 0\nwhile True:\n    with open("/tmp/count.log", "a") as f:\n        f.write(f"{n}\\n")\n    n += 1\n    time.sleep(0.05)\n';
+
+linuxTest('a background python3 appending every 50 ms: pause, continue in a child Node process, same pid, no value missing', async () => {
+  const sbx = await Sandbox.create(BOOT);
+  const id = sbx.sandboxId;
+  try {
+    await sbx.files.write('/tmp/appender.py', APPENDER);
+    const bg = await sbx.commands.run('python3 /tmp/appender.py', { background: true });
+    await sleep(1000);
+    const before = Number((await sbx.commands.run('tail -1 /tmp/count.log')).stdout.trim());
+    assert.ok(before > 0, `the appender runs (${before})`);
+    // A foreground command in flight when pause() is called finishes first, its output kept.
+    const inFlight = sbx.commands.run('sleep 1; echo finished-before-capture');
+    await sleep(100);
+    await sbx.pause();
+    assert.is((await inFlight).stdout, 'finished-before-capture\n');
+
+    const out = child('continue', id, String(bg.pid), '/tmp/count.log') as { first: number; second: number; alive: string; resumedFrom: string };
+    assert.is(out.resumedFrom, 'memory');
+    assert.is(out.alive, 'alive', 'the same pid runs on');
+    assert.ok(out.first >= before, `${out.first} >= ${before}`);
+    assert.ok(out.second > out.first, `tail -1 advances in the child (${out.first} -> ${out.second})`);
+
+    const back = await Sandbox.connect(id);
+    try {
+      await sleep(300);
+      const log = (await back.files.read('/tmp/count.log')).trim().split('\n').map(Number);
+      // Every value from 0 to the last, once, in order: the paused interval is simply a longer gap in time.
+      log.forEach((v, i) => assert.is(v, i, `line ${i}`));
+      assert.ok(log.length - 1 > out.second);
+      const procs = await back.commands.list();
+      assert.ok(procs.some((p) => p.pid === bg.pid), 'commands.list() shows the background process');
+    } finally {
+      await back.kill();
+    }
+  } finally {
+    await Sandbox.kill(id).catch(() => undefined);
+  }
+});
+
+linuxTest('the clock is within 1 s of the host after a 5 s pause; /dev/urandom differs between two resumes of one generation', async () => {
+  const sbx = await Sandbox.create(BOOT);
+  const id = sbx.sandboxId;
+  try {
+    await sbx.pause();
+    await sleep(5000);
+    const back = await Sandbox.connect(id);
+    const t0 = Date.now();
+    const r = await back.commands.run('date +%s%N');
+    const t1 = Date.now();
+    const guestMs = Number(BigInt(r.stdout.trim()) / 1_000_000n);
+    assert.ok(guestMs >= t0 - 1000 && guestMs <= t1 + 1000, `guest ${guestMs}, host ${t0}..${t1}`);
+    await back.pause();
+    // Two resumes of the same generation (each child exits without pausing).
+    const a = child('urandom-exit', id) as { urandom: string; resumedFrom: string };
+    const b = child('urandom-exit', id) as { urandom: string; resumedFrom: string };
+    assert.is(a.resumedFrom, 'memory');
+    assert.is(b.resumedFrom, 'memory');
+    assert.match(a.urandom, /^[0-9a-f]{32}$/);
+    assert.is.not(a.urandom, b.urandom);
+  } finally {
+    await Sandbox.kill(id).catch(() => undefined);
+  }
+});
+
+test.run();
