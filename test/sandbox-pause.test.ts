@@ -391,6 +391,33 @@ kvmTest('a process that ends by itself pauses its running sandboxes (beforeExit)
   }
 });
 
+kvmTest('process.exit() at every lifecycle stage leaves a connectable sandbox', async () => {
+  const r = spawnSync(process.execPath, ['--import', 'tsx', 'test/fixtures/sandbox-child.ts', 'exit-at', '-', 'running'], { encoding: 'utf8', timeout: CHILD_MS });
+  assert.is(r.status, 0, r.stderr);
+  const id = (JSON.parse(r.stdout.trim().split('\n').pop()!) as { id: string }).id;
+  try {
+    // Never paused, its owner gone: the disk it wrote boots.
+    assert.is((await Sandbox.getInfo(id)).state, 'paused');
+    let sbx = await Sandbox.connect(id);
+    let info = await sbx.getInfo();
+    assert.is(info.resumedFrom, 'disk');
+    assert.match(info.resumeReason ?? '', /never paused/);
+    assert.ok(info.lostInterval);
+    await sbx.pause();
+    for (const stage of ['paused', 'pausing', 'resuming', 'pausing', 'resuming']) {
+      const c = spawnSync(process.execPath, ['--import', 'tsx', 'test/fixtures/sandbox-child.ts', 'exit-at', id, stage], { encoding: 'utf8', timeout: CHILD_MS });
+      assert.is(c.status, 0, `${stage}: ${c.stderr}`);
+      sbx = await Sandbox.connect(id);
+      info = await sbx.getInfo();
+      assert.is(sbx.state, 'running', stage);
+      assert.ok((await internals(sbx).client.ping()) > 0, `after an exit while ${stage}: the agent answers`);
+      await sbx.pause();
+    }
+  } finally {
+    await Sandbox.kill(id).catch(() => undefined);
+  }
+});
+
 kvmTest('SIGKILL of a process while it pauses and connects, at random moments (20 times): connect always works', async () => {
   const sbx = await Sandbox.create(bootOpts());
   const id = sbx.sandboxId;

@@ -427,7 +427,7 @@ export class Sandbox implements AsyncDisposable {
     };
     try {
       await this.#dir.writeMeta(this.#meta);
-      await this.#dir.dropUnusedTops().catch(() => undefined);
+      await this.#dir.dropUnusedTops(diskLayers).catch(() => undefined);
     } finally {
       this.#run = null;
       unregisterRunning(this);

@@ -246,10 +246,12 @@ export class SandboxDir {
 
   /**
    * After a pause that stopped the machine: the top layers (each frozen one is hard-linked into
-   * its generation) and create's first overlay are no longer anyone's.
+   * its generation) and create's first overlay are no longer anyone's, unless the generation's
+   * disk names the first overlay itself (a sandbox never paused, booted from that disk).
    */
-  async dropUnusedTops(): Promise<void> {
+  async dropUnusedTops(diskLayers: readonly string[]): Promise<void> {
     await rm(join(this.snapshots, 'tops'), { recursive: true, force: true });
+    if (diskLayers.includes('overlay')) return;
     for (const p of [this.firstOverlay, `${this.firstOverlay}.map`]) await unlink(p).catch(() => undefined);
   }
 
