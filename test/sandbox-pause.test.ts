@@ -163,6 +163,28 @@ kvmTest('pause -> connect in the same process: the same machine continues (count
   }
 });
 
+kvmTest('in one process: connect and kill during a pause wait for it; pause of a paused sandbox is INVALID_STATE', async () => {
+  const sbx = await Sandbox.create(bootOpts());
+  const id = sbx.sandboxId;
+  try {
+    const pausing = sbx.pause();
+    assert.is(sbx.state, 'pausing');
+    const again = await Sandbox.connect(id);
+    assert.is((await pausing).generation, 1);
+    assert.is(again.state, 'running');
+    assert.is((await again.getInfo()).resumedFrom, 'memory');
+    const err = await sbx.pause().catch((e: unknown) => e);
+    assert.ok(err instanceof TorporError && err.code === 'INVALID_STATE', String(err));
+    const p2 = again.pause();
+    await again.kill();
+    assert.is((await p2).generation, 2);
+    assert.is(again.state, 'killed');
+    assert.not.ok(existsSync(join(home, 'sandboxes', id)));
+  } finally {
+    await Sandbox.kill(id).catch(() => undefined);
+  }
+});
+
 kvmTest('pause in one process, connect in another: the counter goes on; back here, RESUMED counted twice', async () => {
   const sbx = await Sandbox.create(bootOpts());
   const id = sbx.sandboxId;

@@ -209,6 +209,8 @@ export class Sandbox implements AsyncDisposable {
   readonly #foreground = new Set<Promise<unknown>>();
   /** Requests the sandbox itself sends while pausing (SYNC). */
   #internal = false;
+  /** The pause in progress: connect and kill in this process wait for it. */
+  #pausing: Promise<PauseResult> | null = null;
 
   private constructor(dir: SandboxDir, meta: SandboxMeta, run: Running) {
     this.sandboxId = dir.id;
@@ -390,8 +392,22 @@ export class Sandbox implements AsyncDisposable {
    * written since after that) and stopped, the owner lock is released. The sandbox is then
    * `paused`: `Sandbox.connect(sandboxId)` continues it, from this process or another.
    */
-  async pause(): Promise<PauseResult> {
-    this.#life.require('pause()', 'running');
+  pause(): Promise<PauseResult> {
+    try {
+      this.#life.require('pause()', 'running');
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    const p = this.#pauseNow();
+    this.#pausing = p;
+    const clear = () => {
+      if (this.#pausing === p) this.#pausing = null;
+    };
+    p.then(clear, clear);
+    return p;
+  }
+
+  async #pauseNow(): Promise<PauseResult> {
     const run = this.#run!;
     this.#life.to('pausing');
     this.#idle?.stop();
@@ -482,6 +498,7 @@ export class Sandbox implements AsyncDisposable {
     checkSandboxId(sandboxId);
     validateConnect(opts);
     const mine = live.get(sandboxId);
+    if (mine && mine.#pausing) await mine.#pausing.catch(() => undefined);
     if (mine && mine.#life.state === 'running') return mine;
     const dir = new SandboxDir(sandboxId);
     if (!(await dir.exists())) throw new SandboxNotFoundError(`no sandbox ${sandboxId} in ${dir.path} (Sandbox.list() shows the ones there are)`);
@@ -596,6 +613,8 @@ export class Sandbox implements AsyncDisposable {
   /** Stops the machine and deletes the sandbox's files. Idempotent. A paused sandbox is removed
    *  as Sandbox.kill(id) removes it (SANDBOX_BUSY when another process has connected to it). */
   async kill(): Promise<void> {
+    // A pause in progress finishes first (its capture is never cut off half-way).
+    if (this.#pausing) await this.#pausing.catch(() => undefined);
     const st = this.#life.state;
     if (st === 'killed') return;
     if (st === 'paused' || (st === 'failed' && !this.#run)) {
