@@ -12,6 +12,8 @@ const support = await linuxGuestSupport();
 const linuxTest = testUnless('sandbox-linux-pause', support.ok ? null : `this host cannot boot a Linux guest: ${support.reason}`, 'linux-guest');
 
 const BOOT = { boot: { timeoutMs: 180_000 }, memoryMiB: 256, vcpus: 1 };
+/** Emulated CPUs in the nested host: the restored guest may take seconds to answer. */
+const CONNECT = { restoreTimeoutMs: 120_000, bootTimeoutMs: 180_000 };
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 function child(...args: string[]): Record<string, unknown> {
@@ -44,7 +46,7 @@ linuxTest('a background python3 appending every 50 ms: pause, continue in a chil
     assert.ok(out.first >= before, `${out.first} >= ${before}`);
     assert.ok(out.second > out.first, `tail -1 advances in the child (${out.first} -> ${out.second})`);
 
-    const back = await Sandbox.connect(id);
+    const back = await Sandbox.connect(id, CONNECT);
     try {
       await sleep(300);
       const log = (await back.files.read('/tmp/count.log')).trim().split('\n').map(Number);
@@ -67,7 +69,7 @@ linuxTest('the clock is within 1 s of the host after a 5 s pause; /dev/urandom d
   try {
     await sbx.pause();
     await sleep(5000);
-    const back = await Sandbox.connect(id);
+    const back = await Sandbox.connect(id, CONNECT);
     const t0 = Date.now();
     const r = await back.commands.run('date +%s%N');
     const t1 = Date.now();

@@ -123,8 +123,8 @@ export { AGENT_VSOCK_PORT, READY_LINE, awaitBootedAgent, awaitRestoredAgent, con
 const OPT_KEYS = ['template', 'vcpus', 'memoryMiB', 'envs', 'metadata', 'boot', 'timeoutMs', 'lifecycle'] as const;
 /** How long the guest has to answer SYNC before a pause captures without it. */
 const SYNC_TIMEOUT_MS = 10_000;
-/** How long RESUMED may take. */
-const RESUMED_TIMEOUT_MS = 5_000;
+/** How long RESUMED may take (the guest already answered the rendezvous: generous). */
+const RESUMED_TIMEOUT_MS = 30_000;
 
 function validate(opts: SandboxOpts): void {
   checkObject('opts', opts);
