@@ -413,6 +413,29 @@ kvmTest('a process that ends by itself pauses its running sandboxes (beforeExit)
   }
 });
 
+kvmTest('Sandbox.installSignalHandlers: SIGTERM pauses the running sandbox, then the process ends by the signal', async () => {
+  const c = spawn(process.execPath, ['--import', 'tsx', 'test/fixtures/sandbox-child.ts', 'signal'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  c.stdout.on('data', (d: Buffer) => (out += d.toString()));
+  const exited = new Promise<NodeJS.Signals | null>((resolve) => c.on('exit', (_code, sig) => resolve(sig)));
+  await until(() => out.includes('"id"'), 'the child creating its sandbox', CHILD_MS);
+  const id = (JSON.parse(out.trim().split('\n').pop()!) as { id: string }).id;
+  try {
+    c.kill('SIGTERM');
+    assert.is(await exited, 'SIGTERM', 'the signal, raised again, ended the process');
+    const info = await Sandbox.getInfo(id);
+    assert.is(info.state, 'paused');
+    assert.is(info.generation, 1);
+    const back = await Sandbox.connect(id);
+    assert.is((await back.getInfo()).resumedFrom, 'memory');
+    assert.is((await back.getInfo()).lostInterval, undefined, 'paused, not lost');
+    await back.kill();
+  } finally {
+    c.kill('SIGKILL');
+    await Sandbox.kill(id).catch(() => undefined);
+  }
+});
+
 kvmTest('process.exit() at every lifecycle stage leaves a connectable sandbox', async () => {
   const r = spawnSync(process.execPath, ['--import', 'tsx', 'test/fixtures/sandbox-child.ts', 'exit-at', '-', 'running'], { encoding: 'utf8', timeout: CHILD_MS });
   assert.is(r.status, 0, r.stderr);
