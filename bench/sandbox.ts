@@ -1,5 +1,5 @@
 // Sandbox.create -> agent HELLO through the real VM path (store artifacts, per-sandbox
-// directory and overlay, Machine with the root filesystem and vsock, readiness line, vsock
+// directory and overlay, Machine with the root filesystem and vsock, the agent's knock on vsock port 1023, vsock
 // port 1024), with guest/testvm standing in for the Linux guest so it runs on every KVM host.
 // The Linux figure (DESIGN §8: create from template -> first output <= 10 ms) needs a Linux
 // guest and the template/snapshot milestone; this measures the plumbing around it.

@@ -43,6 +43,9 @@ export interface NativeMachineConfig {
   disks: NativeDiskConfig[];
   /** Guest CID; omit for no vsock device. */
   vsockCid?: number;
+  /** Host ports (1..1023, at most 16) on which a guest-initiated connection request is a knock:
+   *  counted, answered RST, reported as a 'vsockKnock' event (docs/protocol.md). Not saved in snapshots. */
+  vsockKnockPorts?: number[];
   rng?: boolean;
   /** Append everything the guest prints on the serial port to this file. */
   consoleLog?: string;
@@ -67,7 +70,9 @@ export interface NativeExitReason {
 
 export type NativeMachineEvent =
   | { type: 'console'; data: Buffer }
-  | { type: 'exit'; state: 'stopped' | 'failed'; reason: NativeExitReason };
+  | { type: 'exit'; state: 'stopped' | 'failed'; reason: NativeExitReason }
+  /** The guest knocked on a knock port; `count`: knocks on it so far (several knocks may share one event). */
+  | { type: 'vsockKnock'; port: number; count: number };
 
 export interface NativeMachineStats {
   exits: number;
@@ -134,6 +139,10 @@ export interface NativeMachine {
   vsockConnect(port: number, timeoutMs?: number): Promise<number>;
   /** Sends a vsock transport-reset event to the guest, dropping every connection. */
   vsockReset(): void;
+  /** Knocks counted on a knock port since the machine was built (latched; 0 for any other port). */
+  vsockKnocks(port: number): number;
+  /** A restored machine's knock ports (a snapshot keeps none); state 'created' only (before start). */
+  setVsockKnockPorts(ports: number[]): void;
   /** Bounds-checked read of guest-physical memory (tests, debugging). Throws GUEST_MEMORY out of range. */
   readGuest(gpa: number, length: number): Buffer;
   stats(): NativeMachineStats;

@@ -1,8 +1,8 @@
 // Sandbox.create's whole VM path for real, with the test guest standing in for Linux: this host
 // (PVM) cannot boot a Linux guest, but guest/testvm runs here and, with testvm.agent_ready=1,
-// prints the agent's readiness line and answers HELLO/PING on vsock port 1024. What runs is the
+// knocks on the host's vsock port 1023 as the agent does and answers HELLO/PING on vsock port 1024. What runs is the
 // production code: ensureArtifacts (the stored root filesystem becomes virtio-blk disk 0), the
-// directory under TORPOR_HOME/sandboxes/<id>/, the Machine, the readiness wait, vsock, HELLO.
+// directory under TORPOR_HOME/sandboxes/<id>/, the Machine, the wait for the knock, vsock, HELLO.
 //
 // TORPOR_HOME is a fresh directory whose artifacts/ links to the real store: the store is reused
 // (building the Debian image takes minutes and root), the sandboxes/ directory is this test's own.
@@ -101,7 +101,7 @@ test.after(async () => {
 
 const sandboxDirs = async () => (await readdir(join(home, 'sandboxes')).catch(() => [] as string[])).sort();
 
-kvmTest('create -> readiness line -> vsock 1024 -> HELLO, with the directory, the disk and vsock as documented', async () => {
+kvmTest('create -> knock on vsock 1023 -> vsock 1024 -> HELLO, with the directory, the disk and vsock as documented', async () => {
   const t0 = performance.now();
   const sbx = await Sandbox.create({ ...bootOpts(AGENT_READY), metadata: { suite: 'sandbox-testvm' }, envs: { A: '1' } });
   const createMs = performance.now() - t0;
@@ -134,6 +134,8 @@ kvmTest('create -> readiness line -> vsock 1024 -> HELLO, with the directory, th
     assert.is(client.hello.name, 'torpor-testvm 1');
     assert.is(client.hello.version, 1);
     const rttMs = await client.ping();
+    // The rendezvous was the knock: one, counted by the device (the guest knocks once it listens).
+    assert.is(machine.vsockKnocks(1023), 1);
     assert.ok(rttMs > 0 && rttMs < 1000, `PING round trip ${rttMs} ms`);
 
     // The guest took the Linux command line as it is and saw the devices Sandbox.create configured:
@@ -238,13 +240,13 @@ kvmTest('opts.timeoutMs kills the sandbox when its lifetime is up', async () => 
   }
 });
 
-kvmTest('no readiness line: BOOT_FAILED after the boot timeout, with the console tail, nothing left behind', async () => {
+kvmTest('no knock: BOOT_FAILED after the boot timeout, with the console tail, nothing left behind', async () => {
   const t0 = performance.now();
   const err = await Sandbox.create(bootOpts(undefined, 1500)).catch((e: unknown) => e);
   const ms = performance.now() - t0;
   assert.ok(err instanceof TorporError && err.code === 'BOOT_FAILED', String(err));
   const msg = (err as Error).message;
-  assert.match(msg, /did not report ready within 1500 ms/);
+  assert.match(msg, /did not knock on vsock port 1023 within 1500 ms/);
   assert.match(msg, /Last console output:\ntorpor-testvm ready\n/);
   assert.match(msg, /boot=ok [^\n]*vsock=1/);
   assert.ok(ms >= 1500 && ms < 10_000, `${ms} ms`);
@@ -260,7 +262,7 @@ kvmTest('a guest that stops during boot: BOOT_FAILED at once, saying it stopped,
   const ms = performance.now() - t0;
   assert.ok(err instanceof TorporError && err.code === 'BOOT_FAILED', String(err));
   const msg = (err as Error).message;
-  assert.match(msg, /the guest stopped before its agent reported ready \(machine failed \(triple-fault/);
+  assert.match(msg, /the guest failed before its agent knocked \(triple-fault/);
   assert.match(msg, /triple=now/);
   assert.ok(ms < 10_000, `did not wait for the 15 s boot timeout (${ms} ms)`);
   assert.equal(await sandboxDirs(), []);

@@ -3,7 +3,7 @@
 // answers, virtio-vsock echoes with flow control, survives a transport reset
 // and refuses unknown ports.
 import { createHash, randomBytes } from 'node:crypto';
-import { existsSync, mkdtempSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import type net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -11,7 +11,8 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
 import { TorporError } from '../lib/errors.js';
-import { bootTestvm, sleep, testvmCommand, testvmSkipReason } from './vmm-guests.js';
+import { Machine } from '../lib/vm/machine.js';
+import { bootTestvm, sleep, testvmCommand, testvmImage, testvmSkipReason } from './vmm-guests.js';
 import { testUnless } from './skip-unless.js';
 
 const kvmTest = testUnless('vmm-devices', testvmSkipReason(), 'kvm');
@@ -154,6 +155,74 @@ kvmTest('virtio-vsock: echo, 1000 round trips, 4 MiB with flow control, reset an
     for (const sock of sockets) sock.destroy();
     await m.stop();
   }
+});
+
+kvmTest("virtio-vsock knock: the guest's REQUEST to a knock port is an event and a latched count; a burst is counted, not queued", async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'torpor-knock-'));
+  const events: Array<[number, number]> = [];
+  // testvm.agent_ready=1: the guest knocks on port 1023 once its vsock responder listens, as the agent does.
+  const m = Machine.create({ kernel: testvmImage()!, vcpus: 1, memoryMiB: 64, vsockCid: 3, vsockKnockPorts: [1023, 1000], cmdline: 'testvm.agent_ready=1' });
+  m.on('vsockKnock', (port, count) => events.push([port, count]));
+  try {
+    await m.start();
+    await m.waitForConsole(/torpor-agent ready v1 /, 10_000);
+    for (let i = 0; i < 200 && m.vsockKnocks(1023) === 0; i++) await sleep(5);
+    assert.is(m.vsockKnocks(1023), 1, 'one knock at boot');
+    assert.is(m.vsockKnocks(1000), 0, 'nothing on the other knock port');
+    assert.is(m.vsockKnocks(1022), 0, 'not a knock port');
+    for (let i = 0; i < 200 && events.length === 0; i++) await sleep(5);
+    assert.equal(events, [[1023, 1]]);
+
+    // The guest knocks in a loop: every knock counted, the reports coalesced, the driver still fine.
+    assert.match(await testvmCommand(m, 'knock 500', 'knock', 60_000), /^knock=ok count=500/);
+    for (let i = 0; i < 400 && m.vsockKnocks(1023) < 501; i++) await sleep(5);
+    assert.is(m.vsockKnocks(1023), 501);
+    for (let i = 0; i < 200 && events.at(-1)![1] < 501; i++) await sleep(5);
+    assert.equal(events.at(-1), [1023, 501], 'the last event carries the final count');
+    assert.ok(events.length <= 501, `${events.length} events for 501 knocks`);
+    console.log(`  vmm-devices: 500 knocks in a row -> ${events.length - 1} events`);
+    assert.match(await testvmCommand(m, 'vsock', 'vsock'), / knocks=501 /);
+    const s = await m.vsockConnect(7);
+    s.write('after knocks');
+    assert.is((await readExactly(s, 12)).toString(), 'after knocks');
+    s.destroy();
+
+    // A snapshot keeps no knock ports or counts; Machine.restore takes them again.
+    await m.snapshot(dir, { stop: true });
+    const r = await Machine.restore(dir, { vsockKnockPorts: [1023] });
+    try {
+      assert.is(r.vsockKnocks(1023), 0);
+      const rEvents: number[] = [];
+      r.on('vsockKnock', (_port, count) => rEvents.push(count));
+      assert.match(await testvmCommand(r, 'knock 1', 'knock'), /^knock=ok count=1/);
+      for (let i = 0; i < 200 && rEvents.length === 0; i++) await sleep(5);
+      assert.equal(rEvents, [1]);
+    } finally {
+      await r.stop();
+    }
+  } finally {
+    await m.stop();
+    rmSync(dir, { recursive: true, force: true });
+  }
+  // Bad knock ports are refused before any VM is built.
+  for (const bad of [[1024], [0], [1.5], Array.from({ length: 17 }, (_, i) => i + 1)]) {
+    const err = (() => {
+      try {
+        Machine.create({ kernel: testvmImage()!, vcpus: 1, memoryMiB: 16, vsockCid: 3, vsockKnockPorts: bad });
+      } catch (e) {
+        return e;
+      }
+    })();
+    assert.ok(err instanceof TorporError && err.code === 'INVALID_ARGUMENT', `${JSON.stringify(bad)}: ${String(err)}`);
+  }
+  const noVsock = (() => {
+    try {
+      Machine.create({ kernel: testvmImage()!, vcpus: 1, memoryMiB: 16, vsockKnockPorts: [1023] });
+    } catch (e) {
+      return e;
+    }
+  })();
+  assert.ok(noVsock instanceof TorporError && noVsock.code === 'INVALID_ARGUMENT', String(noVsock));
 });
 
 test.run();

@@ -1,12 +1,12 @@
 // A real Linux guest across machine snapshots: long mode, MSRs, kvmclock, the
 // LAPIC timer, the irqchip and virtio-blk/vsock driven by Linux's own drivers.
-// Our kernel and rootfs boot to the agent's readiness line and are captured;
+// Our kernel and rootfs boot until the agent knocks (docs/protocol.md) and are captured;
 // then a chain of child Node processes each restores the latest generation,
 // dials the agent again over vsock (the guest's old connection was reset),
 // PINGs, runs a command that appends to a file on disk and reads the uptime,
 // and captures the next generation (a diff layer) as it stops. Another guest
 // is captured in the middle of its boot and restored in a child, whose
-// console must continue to the readiness line.
+// console must continue to the agent's start, which knocks.
 // Runs where a Linux guest can boot (a hardware-virtualization host, e.g. the
 // nested host of `npm run test:linux`); elsewhere registered as skipped,
 // category linux-guest, with the reason.
@@ -20,7 +20,7 @@ import * as assert from 'uvu/assert';
 
 import { createAgentApi } from '../lib/sandbox/agent-api.js';
 import type { CommandResult } from '../lib/sandbox/commands.js';
-import { GUEST_CID, GUEST_CMDLINE, READY_LINE, connectAgent, linuxGuestSupport } from '../lib/sandbox/sandbox.js';
+import { AGENT_KNOCK_PORT, GUEST_CID, GUEST_CMDLINE, awaitBootedAgent, linuxGuestSupport } from '../lib/sandbox/sandbox.js';
 import { Machine, type SnapshotResult } from '../lib/vm/machine.js';
 import { chainCommand } from './fixtures/linux-snapshot-child.js';
 import { testUnless } from './skip-unless.js';
@@ -37,6 +37,8 @@ const CHAIN = 20;
 /** Everything may run emulated (the nested host): generous bounds, no timing asserted. */
 const BOOT_TIMEOUT_MS = 600_000;
 const CHILD_TIMEOUT_MS = 600_000;
+/** The line the agent prints for humans once it listens (the host waits for its knock instead). */
+const READY_LINE = /torpor-agent ready v1 /;
 
 async function artifacts(): Promise<{ kernel: string; rootfs: string }> {
   const { ensureArtifacts } = await import('../lib/setup/artifacts.js');
@@ -52,6 +54,7 @@ function bootLinux(a: { kernel: string; rootfs: string }, work: string, cmdline:
     memoryMiB: 256,
     disks: [{ base: a.rootfs, overlay: join(work, 'overlay') }],
     vsockCid: GUEST_CID,
+    vsockKnockPorts: [AGENT_KNOCK_PORT],
   });
 }
 
@@ -96,8 +99,7 @@ linuxTest(`a Linux guest at agent-ready, restored in a child Node process ${CHAI
   const m = bootLinux(a, work, GUEST_CMDLINE);
   try {
     await m.start();
-    await m.waitForConsole(READY_LINE, BOOT_TIMEOUT_MS);
-    const client = await connectAgent(m, Date.now() + BOOT_TIMEOUT_MS);
+    const client = await awaitBootedAgent(m, BOOT_TIMEOUT_MS);
     let first: CommandResult;
     try {
       await client.ping(BOOT_TIMEOUT_MS);

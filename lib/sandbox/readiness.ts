@@ -1,59 +1,90 @@
 // How the host learns that a guest's agent is ready and gets its first client: at boot, and
-// after a restore (a restored guest prints nothing: its vsock transport was reset, its agent
-// still listens). Sandbox.create and Sandbox.connect both come through here, so the
-// rendezvous is replaced in one place.
-import { TorporError } from '../errors.js';
+// after a restore. Sandbox.create and Sandbox.connect both come through here, so the
+// rendezvous is replaced in one place. Over vsock only, event-driven (docs/protocol.md, "The
+// knock"): no console line is read and no connect is retried.
+//
+// - Boot: once the agent listens on vsock port 1024 it knocks, a guest-initiated connection
+//   request to the host's port 1023 that the VMM counts and refuses (a 'vsockKnock' event, the
+//   count latched). The host waits for it, then connects once.
+// - Restore: the agent was listening when the generation was taken. The restored machine's
+//   vsock device holds the host's connection request until the guest's driver has handled the
+//   transport reset (native/devices/virtio/vsock/README.md), so one connect is enough.
+import { GuestUnresponsiveError, TorporError } from '../errors.js';
 import { AgentClient } from '../agent/client.js';
 import type { Machine } from '../vm/machine.js';
 
 export const AGENT_VSOCK_PORT = 1024;
+/** The host port the agent knocks on once it listens (docs/protocol.md); give it to the machine as a knock port. */
+export const AGENT_KNOCK_PORT = 1023;
 export const GUEST_CID = 3;
-/** What the agent prints on the console once it listens on its vsock port. */
-export const READY_LINE = /torpor-agent ready v1 /;
 
-/** A freshly booted guest: waits until its agent is ready, then connects. */
+/** A freshly booted guest (started with vsockKnockPorts: [AGENT_KNOCK_PORT]): waits for the agent's knock, then connects. */
 export async function awaitBootedAgent(machine: Machine, timeoutMs: number): Promise<AgentClient> {
   const deadline = Date.now() + timeoutMs;
+  await awaitKnock(machine, timeoutMs);
   try {
-    await machine.waitForConsole(READY_LINE, timeoutMs);
+    return await connectOnce(machine, Math.max(1, deadline - Date.now()));
   } catch (err) {
-    // A guest that stopped (panic=1 reboots, a triple fault) fails the wait at once: say
-    // so rather than blaming a timeout that never ran out.
-    const st = machine.state;
-    const why =
-      st === 'stopped' || st === 'failed'
-        ? `the guest stopped before its agent reported ready (${err instanceof Error ? err.message : String(err)})`
-        : `the guest agent did not report ready within ${timeoutMs} ms`;
-    throw new TorporError('BOOT_FAILED', `${why}. Last console output:\n${machine.consoleTail().toString('utf8')}`, { cause: err });
+    throw new TorporError(
+      'BOOT_FAILED',
+      `the guest agent knocked but its vsock port ${AGENT_VSOCK_PORT} did not answer: ${err instanceof Error ? err.message : String(err)}`,
+      { cause: err },
+    );
   }
-  return connectAgent(machine, deadline);
 }
 
 /** A restored guest (running again): its agent was listening when the generation was taken. */
 export async function awaitRestoredAgent(machine: Machine, timeoutMs: number): Promise<AgentClient> {
-  return connectAgent(machine, Date.now() + timeoutMs);
-}
-
-/** Connects to the agent once it printed its readiness line (or once a restored machine runs
- *  again). The line comes after listen(), so the first dial normally succeeds; a guest still
- *  bringing its vsock transport up gets a few more tries, until the deadline (at least a few
- *  seconds). */
-export async function connectAgent(machine: Machine, deadline: number): Promise<AgentClient> {
-  const until = Math.max(deadline, Date.now() + 5_000);
-  for (let attempt = 0; ; attempt++) {
-    try {
-      return await AgentClient.connect(() => machine.vsockConnect(AGENT_VSOCK_PORT), { reconnect: true });
-    } catch (err) {
-      const st = machine.state;
-      if (Date.now() >= until || st === 'stopped' || st === 'failed') {
-        throw new TorporError(
-          'BOOT_FAILED',
-          `the guest agent reported ready but its vsock port ${AGENT_VSOCK_PORT} did not answer (${attempt + 1} tries): ${err instanceof Error ? err.message : String(err)}`,
-          { cause: err },
-        );
-      }
-      await new Promise((r) => setTimeout(r, Math.min(50 * 2 ** attempt, 500)));
-    }
+  try {
+    return await connectOnce(machine, timeoutMs);
+  } catch (err) {
+    const st = machine.state;
+    const why = st === 'stopped' || st === 'failed' ? `the restored guest ${st}` : `the restored guest's agent did not answer within ${timeoutMs} ms`;
+    throw new GuestUnresponsiveError(
+      `${why} (vsock port ${AGENT_VSOCK_PORT}: ${err instanceof Error ? err.message : String(err)})`,
+      { cause: err },
+    );
   }
 }
 
+/** One vsock connect and the HELLO exchange; the client redials through the same path when the connection drops later. */
+function connectOnce(machine: Machine, timeoutMs: number): Promise<AgentClient> {
+  return AgentClient.connect(() => machine.vsockConnect(AGENT_VSOCK_PORT, Math.min(Math.max(1, Math.ceil(timeoutMs)), 3_600_000)), {
+    reconnect: true,
+  });
+}
+
+/** Resolves at the agent's knock (already counted, or the next one); BOOT_FAILED with the console tail if the
+ *  machine stops first or the knock does not come within timeoutMs. */
+function awaitKnock(machine: Machine, timeoutMs: number): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const fail = (why: string) => {
+      cleanup();
+      reject(new TorporError('BOOT_FAILED', `${why}. Last console output:\n${machine.consoleTail().toString('utf8')}`));
+    };
+    const onKnock = (port: number) => {
+      if (port !== AGENT_KNOCK_PORT) return;
+      cleanup();
+      resolve();
+    };
+    // A guest that stopped (panic=1 reboots, a triple fault) fails the wait at once: say so
+    // rather than blaming a timeout that never ran out.
+    const onExit = (state: string, reason: { kind: string; message: string }) =>
+      fail(`the guest ${state} before its agent knocked (${reason.kind}: ${reason.message})`);
+    const timer = setTimeout(
+      () => fail(`the guest agent did not knock on vsock port ${AGENT_KNOCK_PORT} within ${timeoutMs} ms`),
+      timeoutMs,
+    );
+    const cleanup = () => {
+      clearTimeout(timer);
+      machine.off('vsockKnock', onKnock);
+      machine.off('exit', onExit);
+    };
+    machine.on('vsockKnock', onKnock);
+    machine.on('exit', onExit);
+    // Latched: a knock that came before we listened counts.
+    if (machine.vsockKnocks(AGENT_KNOCK_PORT) > 0) return onKnock(AGENT_KNOCK_PORT);
+    const reason = machine.exitReason;
+    if (reason) onExit(machine.state, reason);
+  });
+}

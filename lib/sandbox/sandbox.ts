@@ -9,7 +9,7 @@
 // create(): validate options -> check this host can boot a Linux guest -> ensureArtifacts()
 // (kernel, root filesystem with the agent as /usr/sbin/torpor-agent) -> its directory
 // (lib/store/sandbox-dir.ts) with the owner lock taken -> a Machine with the root filesystem as
-// /dev/vda -> the agent's rendezvous (readiness.ts) -> HELLO.
+// /dev/vda -> the agent's knock on vsock port 1023 (readiness.ts) -> vsock port 1024 -> HELLO.
 // pause() / connect(): docs/sandbox-lifecycle.md. States and transitions: lifecycle.ts.
 import { existsSync } from 'node:fs';
 import { mkdir, readFile, stat } from 'node:fs/promises';
@@ -34,7 +34,7 @@ import { sendResumed, syncGuest } from './guest-requests.js';
 import { IdleTimer } from './idle-timer.js';
 import { Lifecycle, type SandboxState } from './lifecycle.js';
 import { installSignalHandlers, registerRunning, unregisterRunning } from './process-exit.js';
-import { GUEST_CID, awaitBootedAgent, awaitRestoredAgent } from './readiness.js';
+import { AGENT_KNOCK_PORT, GUEST_CID, awaitBootedAgent, awaitRestoredAgent } from './readiness.js';
 export { GUEST_CID };
 export type { SandboxState } from './lifecycle.js';
 import type { Commands } from './commands.js';
@@ -59,7 +59,7 @@ export interface SandboxOpts {
     kernel?: string;
     /** Appended to the kernel command line. */
     cmdlineExtra?: string;
-    /** How long to wait for the agent's readiness line (default 30 s; a PVM host is slower). */
+    /** How long to wait for the agent to knock and answer (default 30 s; a PVM host is slower). */
     timeoutMs?: number;
   };
   /** After this long without activity (API calls, command output), `lifecycle.onTimeout`
@@ -118,7 +118,7 @@ export interface SandboxInfo {
 export const GUEST_CMDLINE =
   'console=ttyS0 reboot=k panic=1 pci=off nomodule 8250.nr_uarts=1 i8042.noaux i8042.nomux i8042.dumbkbd ' +
   'acpi=off root=/dev/vda rw init=/usr/sbin/torpor-agent quiet';
-export { AGENT_VSOCK_PORT, READY_LINE, awaitBootedAgent, awaitRestoredAgent, connectAgent } from './readiness.js';
+export { AGENT_KNOCK_PORT, AGENT_VSOCK_PORT, awaitBootedAgent, awaitRestoredAgent } from './readiness.js';
 
 const OPT_KEYS = ['template', 'vcpus', 'memoryMiB', 'envs', 'metadata', 'boot', 'timeoutMs', 'lifecycle'] as const;
 /** How long the guest has to answer SYNC before a pause captures without it. */
@@ -368,6 +368,7 @@ export class Sandbox implements AsyncDisposable {
         memoryMiB: meta.memoryMiB,
         disks: [{ base: artifacts.rootfs, overlay: dir.firstOverlay }],
         vsockCid: GUEST_CID,
+        vsockKnockPorts: [AGENT_KNOCK_PORT],
         consoleLog: dir.consoleLog,
       });
       await machine.start();
@@ -726,6 +727,7 @@ async function resume(dir: SandboxDir, before: SandboxMeta, lock: OwnerLock, opt
         memoryMiB: before.memoryMiB,
         disks: [{ base: before.rootfs, frozen: diskLayers.map((p) => join(dir.path, p)), overlay: top }],
         vsockCid: GUEST_CID,
+        vsockKnockPorts: [AGENT_KNOCK_PORT],
         consoleLog: dir.consoleLog,
       });
       try {

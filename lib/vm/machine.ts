@@ -48,6 +48,12 @@ export interface MachineOptions {
   disks?: MachineDisk[];
   /** Guest CID of a virtio-vsock device (3..0xfffffffe); omit for none. */
   vsockCid?: number;
+  /**
+   * Host ports (1..1023, at most 16) the guest may knock on: a guest-initiated vsock connection
+   * request to one is counted, answered with a reset, and emitted as 'vsockKnock'
+   * (vsockKnocks(port) reads the count). The agent knocks once it listens (docs/protocol.md).
+   */
+  vsockKnockPorts?: number[];
   /** Adds a virtio-rng device. */
   rng?: boolean;
   /** Append the guest's serial output to this file. */
@@ -72,11 +78,15 @@ export interface SnapshotOptions {
 export interface RestoreOptions {
   /** State of the restored machine: 'running' (default) or 'paused' (resume() it later). */
   state?: 'running' | 'paused';
+  /** Knock ports of the restored machine (as MachineOptions.vsockKnockPorts; a snapshot keeps none). */
+  vsockKnockPorts?: number[];
 }
 
 export interface MachineEvents {
   console: [data: Buffer];
   exit: [state: 'stopped' | 'failed', reason: ExitReason];
+  /** The guest knocked on a knock port; `count`: knocks on that port so far (bursts coalesce). */
+  vsockKnock: [port: number, count: number];
 }
 
 const MAX_VCPUS = 254;
@@ -94,6 +104,12 @@ function checkString(name: string, v: unknown, required: boolean): string | unde
     throw new InvalidArgumentError(`${name} must be a non-empty string`);
   if (v.includes('\0')) throw new InvalidArgumentError(`${name} must not contain NUL bytes`);
   return v;
+}
+
+function checkKnockPorts(ports: unknown): number[] {
+  if (!Array.isArray(ports) || ports.length > 16)
+    throw new InvalidArgumentError('vsockKnockPorts must be an array of at most 16 ports');
+  return ports.map((p, i) => checkInt(`vsockKnockPorts[${i}]`, p, 1, 1023));
 }
 
 /** Validates options and builds the native config (throws INVALID_ARGUMENT). */
@@ -129,6 +145,10 @@ export function toNativeConfig(opts: MachineOptions): NativeMachineConfig {
     });
   }
   if (opts.vsockCid !== undefined) cfg.vsockCid = checkInt('vsockCid', opts.vsockCid, 3, 0xfffffffe); // 0xffffffff: VMADDR_CID_ANY
+  if (opts.vsockKnockPorts !== undefined) {
+    if (cfg.vsockCid === undefined) throw new InvalidArgumentError('vsockKnockPorts needs a vsock device (vsockCid)');
+    cfg.vsockKnockPorts = checkKnockPorts(opts.vsockKnockPorts);
+  }
   if (opts.rng !== undefined) cfg.rng = Boolean(opts.rng);
   const log = checkString('consoleLog', opts.consoleLog, false);
   if (log !== undefined) cfg.consoleLog = log;
@@ -196,6 +216,7 @@ export class Machine extends EventEmitter<MachineEvents> {
     checkString('dir', dir, true);
     const want = opts.state ?? 'running';
     if (want !== 'running' && want !== 'paused') throw new InvalidArgumentError(`state must be 'running' or 'paused'`);
+    const knockPorts = opts.vsockKnockPorts === undefined ? undefined : checkKnockPorts(opts.vsockKnockPorts);
     let onEvent: ((ev: NativeMachineEvent) => void) | undefined;
     const native = await loadNative().restoreMachine(dir, (ev) => onEvent?.(ev));
     const m = new Machine({
@@ -205,6 +226,7 @@ export class Machine extends EventEmitter<MachineEvents> {
       },
     });
     m.#snapshotDir = dir;
+    if (knockPorts) m.#native.setVsockKnockPorts(knockPorts);
     await m.#native.start(want === 'paused');
     return m;
   }
@@ -300,6 +322,8 @@ export class Machine extends EventEmitter<MachineEvents> {
     } else if (ev.type === 'exit') {
       this.#exit = { state: ev.state, reason: ev.reason };
       this.emit('exit', ev.state, ev.reason);
+    } else if (ev.type === 'vsockKnock') {
+      this.emit('vsockKnock', ev.port, ev.count);
     }
   }
 
@@ -442,6 +466,12 @@ export class Machine extends EventEmitter<MachineEvents> {
   /** Sends a transport reset to the guest: every vsock connection drops. */
   vsockReset(): void {
     this.#native.vsockReset();
+  }
+
+  /** Knocks the guest made on a knock port (vsockKnockPorts) since the machine was built; latched. */
+  vsockKnocks(port: number): number {
+    checkInt('port', port, 0, 0xffffffff);
+    return this.#native.vsockKnocks(port);
   }
 
   /** Bounds-checked read of guest-physical memory (GUEST_MEMORY outside RAM). */

@@ -28,6 +28,17 @@ void call_quietly(Napi::Env env, Napi::Function fn, napi_value arg) {
   }
 }
 
+// vsockKnockPorts: integers 1..1023, at most 16 (the machine checks the same).
+std::vector<uint32_t> parse_knock_ports(const Napi::Value& v) {
+  if (!v.IsArray()) throw Error(code::kInvalidArgument, "vsockKnockPorts must be an array");
+  Napi::Array arr = v.As<Napi::Array>();
+  if (arr.Length() > 16) throw Error(code::kInvalidArgument, "at most 16 vsock knock ports");
+  std::vector<uint32_t> ports;
+  for (uint32_t i = 0; i < arr.Length(); i++)
+    ports.push_back(static_cast<uint32_t>(js::to_uint(unwrap(arr.Get(i)), "vsockKnockPorts[]", 1, 1023)));
+  return ports;
+}
+
 MachineConfig parse_config(const Napi::Value& v) {
   if (!v.IsObject()) throw Error(code::kInvalidArgument, "machine config must be an object");
   Napi::Object o = v.As<Napi::Object>();
@@ -74,6 +85,7 @@ MachineConfig parse_config(const Napi::Value& v) {
   }
   // 0xffffffff is VMADDR_CID_ANY, never a guest's address.
   if (js::has(o, "vsockCid")) c.vsock_cid = js::get_uint(o, "vsockCid", 3, 0xfffffffeull, std::nullopt);
+  if (js::has(o, "vsockKnockPorts")) c.vsock_knock_ports = parse_knock_ports(unwrap(o.Get("vsockKnockPorts")));
   c.rng = js::get_bool(o, "rng", false);
   c.console_log = js::get_string(o, "consoleLog", false);
   c.console_ring_bytes = js::get_uint(o, "consoleRingBytes", 1, 64u << 20, 64 * 1024);
@@ -101,6 +113,8 @@ Napi::Function MachineWrap::define(Napi::Env env) {
                          InstanceMethod<&MachineWrap::console_tail>("consoleTail"),
                          InstanceMethod<&MachineWrap::vsock_connect>("vsockConnect"),
                          InstanceMethod<&MachineWrap::vsock_reset>("vsockReset"),
+                         InstanceMethod<&MachineWrap::vsock_knocks>("vsockKnocks"),
+                         InstanceMethod<&MachineWrap::set_vsock_knock_ports>("setVsockKnockPorts"),
                          InstanceMethod<&MachineWrap::read_guest>("readGuest"),
                          InstanceMethod<&MachineWrap::stats>("stats"),
                          InstanceMethod<&MachineWrap::kernel_cmdline>("kernelCmdline"),
@@ -133,6 +147,21 @@ MachineWrap::MachineWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Mach
   });
 }
 
+// One report in flight at most, however often the guest knocks: the JS side
+// reads the latched counts when it runs (deliver_knocks).
+std::function<void()> MachineWrap::knock_reporter(const std::shared_ptr<EventBridge>& bridge,
+                                                  const std::shared_ptr<Handle>& handle) {
+  auto posted = std::make_shared<std::atomic<bool>>(false);
+  return [bridge, handle, posted] {
+    if (posted->exchange(true)) return;
+    bool ok = bridge->post([handle, posted](Napi::Env env, Napi::Function fn) {
+      posted->store(false);
+      if (handle->wrap) handle->wrap->deliver_knocks(env, fn);
+    });
+    if (!ok) posted->store(false);
+  };
+}
+
 Machine::Callbacks MachineWrap::make_callbacks(const std::shared_ptr<EventBridge>& bridge,
                                               const std::shared_ptr<Handle>& handle) {
   Machine::Callbacks cb;
@@ -141,6 +170,7 @@ Machine::Callbacks MachineWrap::make_callbacks(const std::shared_ptr<EventBridge
       if (handle->wrap) handle->wrap->drain_console(env, fn);
     });
   };
+  cb.vsock_knocked = knock_reporter(bridge, handle);
   cb.exited = [bridge, handle](MachineState state, const ExitReason& reason) {
     bridge->post([handle, state, reason](Napi::Env env, Napi::Function fn) {
       if (handle->wrap) handle->wrap->deliver_exit(env, fn, state, reason);
@@ -637,6 +667,36 @@ Napi::Value MachineWrap::vsock_reset(const Napi::CallbackInfo& info) {
   });
 }
 
+// setVsockKnockPorts(ports): a restored machine's knock ports (a snapshot keeps
+// none), before start().
+Napi::Value MachineWrap::set_vsock_knock_ports(const Napi::CallbackInfo& info) {
+  return guarded(info.Env(), [&]() -> Napi::Value {
+    std::vector<uint32_t> ports = parse_knock_ports(info[0]);
+    Machine& m = live_machine();
+    VsockHost* host = m.vsock();
+    if (!host) throw Error(code::kInvalidState, "this machine has no vsock device");
+    if (m.state() != MachineState::Created)
+      throw Error(code::kInvalidState, std::string("setVsockKnockPorts: machine is ") + machine_state_name(m.state()));
+    host->set_knock_ports(ports, knock_reporter(bridge_, handle_));
+    knocks_delivered_.clear();
+    return info.Env().Undefined();
+  });
+}
+
+// vsockKnocks(port) -> knocks counted on that knock port (0: none, not a knock
+// port, no vsock device, or the machine released).
+Napi::Value MachineWrap::vsock_knocks(const Napi::CallbackInfo& info) {
+  return guarded(info.Env(), [&]() -> Napi::Value {
+    uint32_t port = static_cast<uint32_t>(js::to_uint(info[0], "port", 0, 0xffffffffull));
+    VsockHost* host = any_machine().vsock();
+    uint64_t count = 0;
+    if (host)
+      for (auto [p, n] : host->knocks())
+        if (p == port) count = n;
+    return Napi::Number::New(info.Env(), static_cast<double>(count));
+  });
+}
+
 Napi::Value MachineWrap::read_guest(const Napi::CallbackInfo& info) {
   return guarded(info.Env(), [&]() -> Napi::Value {
     Machine& m = live_machine();
@@ -682,6 +742,21 @@ void MachineWrap::drain_console(Napi::Env env, Napi::Function on_event) {
   ev.Set("type", "console");
   ev.Set("data", Napi::Buffer<uint8_t>::Copy(env, bytes.data(), bytes.size()));
   call_quietly(env, on_event, ev);
+}
+
+void MachineWrap::deliver_knocks(Napi::Env env, Napi::Function on_event) {
+  VsockHost* host = machine_ ? machine_->vsock() : nullptr;
+  if (!host) return;
+  for (auto [port, count] : host->knocks()) {
+    uint64_t& seen = knocks_delivered_[port];
+    if (count <= seen) continue;
+    seen = count;
+    Napi::Object ev = Napi::Object::New(env);
+    ev.Set("type", "vsockKnock");
+    ev.Set("port", static_cast<double>(port));
+    ev.Set("count", static_cast<double>(count));
+    call_quietly(env, on_event, ev);
+  }
 }
 
 void MachineWrap::deliver_exit(Napi::Env env, Napi::Function on_event, MachineState state, const ExitReason& reason) {

@@ -11,6 +11,7 @@
 #include "addon/napi_config.h"
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <unordered_map>
 
@@ -47,6 +48,9 @@ class MachineWrap : public Napi::ObjectWrap<MachineWrap> {
   };
   static Machine::Callbacks make_callbacks(const std::shared_ptr<EventBridge>& bridge,
                                            const std::shared_ptr<Handle>& handle);
+  // Machine::Callbacks::vsock_knocked: a 'vsockKnock' report to JS, one in flight at most.
+  static std::function<void()> knock_reporter(const std::shared_ptr<EventBridge>& bridge,
+                                              const std::shared_ptr<Handle>& handle);
   Machine* machine_ptr() { return machine_.get(); }
   void settle(Napi::Env env, uint64_t id, const std::string& code, const std::string& message, Napi::Value value);
 
@@ -68,6 +72,8 @@ class MachineWrap : public Napi::ObjectWrap<MachineWrap> {
   Napi::Value console_tail(const Napi::CallbackInfo& info);
   Napi::Value vsock_connect(const Napi::CallbackInfo& info);
   Napi::Value vsock_reset(const Napi::CallbackInfo& info);
+  Napi::Value vsock_knocks(const Napi::CallbackInfo& info);
+  Napi::Value set_vsock_knock_ports(const Napi::CallbackInfo& info);
   Napi::Value read_guest(const Napi::CallbackInfo& info);
   Napi::Value stats(const Napi::CallbackInfo& info);
   Napi::Value kernel_cmdline(const Napi::CallbackInfo& info);
@@ -77,6 +83,7 @@ class MachineWrap : public Napi::ObjectWrap<MachineWrap> {
   std::pair<uint64_t, Napi::Promise> new_promise(Napi::Env env);
   Machine::Done completion(uint64_t id);
   void drain_console(Napi::Env env, Napi::Function on_event);
+  void deliver_knocks(Napi::Env env, Napi::Function on_event);
   void deliver_exit(Napi::Env env, Napi::Function on_event, MachineState state, const ExitReason& reason);
   static Napi::Object reason_object(Napi::Env env, const ExitReason& r);
 
@@ -91,6 +98,7 @@ class MachineWrap : public Napi::ObjectWrap<MachineWrap> {
   uint64_t next_id_ = 1;
   Napi::ObjectReference self_;
   size_t console_ring_bytes_ = 64 * 1024;
+  std::map<uint32_t, uint64_t> knocks_delivered_;  // vsockKnock events sent, by port (JS thread)
   bool hook_registered_ = false;
   bool torn_down_ = false;
   bool stopping_ = false;  // stop() was called: the worker releases the machine

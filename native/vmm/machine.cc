@@ -55,6 +55,11 @@ void validate(const MachineConfig& cfg, int max_vcpus) {
   // RAM and the devices before it were built: refuse here, first.
   if (cfg.vsock_cid && (*cfg.vsock_cid < 3 || *cfg.vsock_cid > 0xfffffffeull))
     throw Error(code::kInvalidArgument, "vsock guest CID must be 3..4294967294");
+  if (!cfg.vsock_knock_ports.empty() && !cfg.vsock_cid)
+    throw Error(code::kInvalidArgument, "vsock knock ports need a vsock device (set vsockCid)");
+  if (cfg.vsock_knock_ports.size() > 16) throw Error(code::kInvalidArgument, "at most 16 vsock knock ports");
+  for (uint32_t p : cfg.vsock_knock_ports)
+    if (p == 0 || p > 1023) throw Error(code::kInvalidArgument, "vsock knock ports must be 1..1023");
   if (cfg.console_ring_bytes == 0 || cfg.console_ring_bytes > (64u << 20))
     throw Error(code::kInvalidArgument, "consoleRingBytes must be 1..64 MiB");
 }
@@ -204,6 +209,7 @@ Machine::Machine(const MachineConfig& cfg, Callbacks callbacks, RestorePlan* pla
     VsockOptions opts;
     opts.guest_cid = *cfg.vsock_cid;
     auto dev = make_virtio_vsock(ram_->memory(), *irq, *loop_, opts, &vsock_host_);
+    if (!cfg.vsock_knock_ports.empty()) vsock_host_->set_knock_ports(cfg.vsock_knock_ports, callbacks_.vsock_knocked);
     add_virtio(std::move(dev), std::move(irq));
   }
   if (cfg.rng) {

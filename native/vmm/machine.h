@@ -51,6 +51,9 @@ struct MachineConfig {
   uint64_t memory_mib = 512;
   std::vector<BlkOptions> disks;
   std::optional<uint64_t> vsock_cid;
+  // Host ports a guest knocks on (VsockHost::set_knock_ports). Not part of a
+  // snapshot's spec: the guest knocks once, at boot (docs/protocol.md).
+  std::vector<uint32_t> vsock_knock_ports;
   bool rng = false;
   std::string console_log;
   size_t console_ring_bytes = 64 * 1024;
@@ -114,6 +117,7 @@ class Machine final : private VcpuHost {
   struct Callbacks {
     std::function<void()> console_pending;  // Console has bytes to take
     std::function<void(MachineState, const ExitReason&)> exited;
+    std::function<void()> vsock_knocked;  // the guest knocked on a knock port (I/O thread, no lock held)
   };
 
   // Builds the VM, loads the kernel, creates devices and vCPUs; no thread

@@ -79,6 +79,40 @@ fail: {
 }
 }
 
+static struct watcher knocker = {.fd = -1};
+
+static void on_knock_answered(struct watcher *w, uint32_t events) {
+  (void)events; /* refused (the expected answer), reset or timed out: all the same to us */
+  loop_unwatch(w);
+  close(w->fd);
+  w->fd = -1;
+}
+
+void listen_knock(const struct agent_options *o) {
+  if (o->listen_kind != LISTEN_VSOCK || knocker.fd >= 0) return;
+  int fd = socket(AF_VSOCK, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    log_info("knock: socket: %s", strerror(errno));
+    return;
+  }
+  struct sockaddr_vm a;
+  memset(&a, 0, sizeof a);
+  a.svm_family = AF_VSOCK;
+  a.svm_cid = VMADDR_CID_HOST;
+  a.svm_port = AGENT_KNOCK_PORT;
+  int r = connect(fd, (struct sockaddr *)&a, sizeof a);
+  if (r != 0 && errno == EINPROGRESS) {
+    knocker.fd = fd;
+    knocker.fn = on_knock_answered;
+    if (loop_watch(&knocker, EPOLLOUT) == 0) return;
+    knocker.fd = -1;
+  } else if (r != 0 && errno != ECONNRESET && errno != ECONNREFUSED) {
+    /* ENODEV: no vsock transport to a host (e.g. QEMU without a vsock device): nobody to tell. */
+    log_info("knock: connect to the host's vsock port %u: %s", AGENT_KNOCK_PORT, strerror(errno));
+  }
+  close(fd);
+}
+
 void listen_cleanup(void) {
   if (unix_path[0]) unlink(unix_path);
 }

@@ -43,7 +43,8 @@ static void on_signal(struct watcher *w, uint32_t events) {
 static void try_listen(void) {
   if (listen_start(&opts) == 0) {
     listening = 1;
-    init_ready(&opts);
+    init_ready(&opts);  /* for humans: the host waits for the knock */
+    listen_knock(&opts);
     return;
   }
   log_error("listen on %s: %s%s", opts.listen_spec, strerror(errno), opts.is_pid1 ? " (retrying)" : "");

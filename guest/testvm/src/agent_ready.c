@@ -53,4 +53,6 @@ void agent_ready_announce(uint64_t tsc_at_entry) {
   n += fmt_u64_dec(line + n, VSOCK_AGENT_PORT);
   line[n++] = '\n';
   serial_write(line, n);
+  /* As the agent does, after listening: the host waits for this, not for the line above. */
+  vsock_knock();
 }

@@ -363,6 +363,17 @@ static void cmd_vsock(int argc, char **argv) {
   vsock_report();
 }
 
+/* knock [count]: the agent's knock, `count` times in a row (the host must count, not queue). */
+static void cmd_knock(int argc, char **argv) {
+  uint32_t count;
+  if (!devices.vsock) return result_error("knock", "no-device");
+  if (!arg_u32(argc, argv, 1, 1, &count) || count == 0 || count > 100000) return result_error("knock", "usage");
+  for (uint32_t i = 0; i < count; i++) vsock_knock();
+  kv_str("knock", "ok");
+  kv_u64("count", count);
+  kv_end();
+}
+
 static void cmd_reset(int argc, char **argv) {
   (void)argc, (void)argv;
   kv_str("reset", "now");
@@ -437,6 +448,7 @@ static const struct command commands[] = {
     {"irq", cmd_irq, ""},
     {"timer", cmd_timer, "[us]"},
     {"vsock", cmd_vsock, ""},
+    {"knock", cmd_knock, "[count]"},
     {"smp", cmd_smp, "[start [count]|stop]"},
     {"reset", cmd_reset, ""},
     {"triple", cmd_triple, ""},

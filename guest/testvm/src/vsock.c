@@ -14,6 +14,9 @@ enum {
   OP_CREDIT_UPDATE = 6,
   OP_CREDIT_REQUEST = 7,
 };
+#define HOST_CID 2
+/* Where a knock comes from: a port nothing here listens on (Linux would pick an ephemeral one). */
+#define KNOCK_SRC_PORT 49152u
 #define EVENT_TRANSPORT_RESET 0
 #define VSOCK_SHUTDOWN_RCV 1
 
@@ -99,7 +102,7 @@ static int stalled;
 
 static struct {
   uint32_t accepted, refused, transport_resets, rst_sent, rst_received, rx_packets, tx_packets, bad_packets;
-  uint32_t echo_bytes, violations, peer_closed;
+  uint32_t echo_bytes, violations, peer_closed, knocks;
 } st;
 
 static int post_rx(struct rx_buf *b) {
@@ -521,6 +524,17 @@ void vsock_poll(void) {
   }
 }
 
+void vsock_knock(void) {
+  if (!dev) return;
+  struct tx_slot *s = tx_slot_wait();
+  if (!s) return;
+  s->conn = -1;
+  s->rx = -1;
+  s->agent_bytes = 0;
+  if (tx_packet(s, HOST_CID, KNOCK_SRC_PORT, VSOCK_KNOCK_PORT, OP_REQUEST, 0, 0, 0, 0, 0)) st.knocks++;
+  vsock_poll(); /* kicks the tx queue */
+}
+
 int vsock_busy(void) { return stalled; }
 
 uint64_t vsock_guest_cid(void) { return guest_cid; }
@@ -537,6 +551,7 @@ void vsock_report(void) {
   kv_u64("rst_sent", st.rst_sent);
   kv_u64("rst_received", st.rst_received);
   kv_u64("peer_closed", st.peer_closed);
+  kv_u64("knocks", st.knocks);
   kv_u64("rx_packets", st.rx_packets);
   kv_u64("tx_packets", st.tx_packets);
   kv_u64("bad_packets", st.bad_packets);

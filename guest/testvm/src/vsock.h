@@ -10,6 +10,8 @@
 
 #define VSOCK_ECHO_PORT 7u
 #define VSOCK_AGENT_PORT 1024u
+/* The host port the agent knocks on once it listens (docs/protocol.md, "The knock"). */
+#define VSOCK_KNOCK_PORT 1023u
 
 const char *vsock_init(struct virtio_dev *d, int polled);
 /* Handles whatever the device completed; called from the main loop. */
@@ -18,6 +20,9 @@ void vsock_poll(void);
 int vsock_busy(void);
 /* The guest CID read from the device config (at init and after a transport reset). */
 uint64_t vsock_guest_cid(void);
+/* The agent's knock: a REQUEST to the host (CID 2) port VSOCK_KNOCK_PORT. The host
+ * answers RST, which needs nothing from us (a RST for no connection is dropped). */
+void vsock_knock(void);
 /* One `vsock=` line with the driver's counters. */
 void vsock_report(void);
 

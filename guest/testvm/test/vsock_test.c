@@ -54,6 +54,8 @@ struct host_conn {
 #define MAX_HOST_CONNS 4
 static struct host_conn *hconns[MAX_HOST_CONNS];
 static int unknown_rsts; /* RSTs for no known connection */
+static int knocks_seen;  /* guest-initiated REQUESTs */
+static uint32_t last_knock_port;
 static int credit_violations;
 static struct virtio_dev dev;
 
@@ -99,6 +101,13 @@ void test_device_step(void) {
     }
     memcpy(&h, pkt, sizeof h);
     CHECK(h.src_cid == GUEST_CID && h.dst_cid == HOST_CID && h.type == 1, "addressing");
+    if (h.op == OP_REQUEST) { /* guest-initiated: a knock; the host refuses it as ours does */
+      knocks_seen++;
+      last_knock_port = h.dst_port;
+      struct hdr rst = {HOST_CID, GUEST_CID, h.dst_port, h.src_port, 0, 1, OP_RST, 0, 0, 0};
+      host_send_raw(&rst);
+      continue;
+    }
     struct host_conn *c = by_port(h.dst_port);
     if (!c || (c->reset && h.op != OP_RST)) {
       if (h.op == OP_RST) unknown_rsts++;
@@ -165,6 +174,22 @@ static void host_forget(struct host_conn *c) {
     if (hconns[i] == c) hconns[i] = 0;
   free(c->received);
   free(c);
+}
+
+static void test_knock(void) {
+  printf("knock: a REQUEST to the host's port 1023, the host's RST left unanswered\n");
+  int before = knocks_seen, rsts = unknown_rsts;
+  vsock_knock();
+  run(3);
+  CHECK(knocks_seen == before + 1, "one knock, saw %d", knocks_seen - before);
+  CHECK(last_knock_port == VSOCK_KNOCK_PORT, "knock port %u", last_knock_port);
+  CHECK(unknown_rsts == rsts, "the guest answered the host's RST");
+  /* still serving */
+  struct host_conn *c = host_connect(5100, 7, 65536);
+  CHECK(c->connected, "echo port accepts after a knock");
+  host_send(c, OP_SHUTDOWN, 0, 0, 3);
+  run(3);
+  host_forget(c);
 }
 
 static void test_echo_and_rst_rules(void) {
@@ -488,6 +513,7 @@ int main(void) {
   CHECK(fake_available(0) == 32 && fake_available(2) == 2, "rx %d and event %d buffers", fake_available(0), fake_available(2));
 
   test_echo_and_rst_rules();
+  test_knock();
   test_bulk_with_flow_control();
   test_agent_protocol();
   test_transport_reset();

@@ -17,6 +17,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "devices/device.h"
@@ -72,6 +73,17 @@ class VsockHost {
   // Sends a transport-reset event to the guest and drops every connection
   // (used after restore).
   virtual void transport_reset() = 0;
+  // Host ports (1..1023, below every ephemeral port of ours) on which a
+  // guest-initiated REQUEST is a knock: the guest saying "I listen now"
+  // (docs/protocol.md, the agent's knock). A knock is counted per port,
+  // answered RST, and reported through `knocked`, called on the I/O thread
+  // with no lock held, with at most one report outstanding: a guest knocking
+  // in a loop costs a counter, never memory. Call before the machine starts;
+  // replaces any earlier set (and keeps no counts).
+  virtual void set_knock_ports(const std::vector<uint32_t>& ports, std::function<void()> knocked) = 0;
+  // Knocks counted on each knock port since set_knock_ports (latched: a
+  // waiter that looks late still sees them), in port order.
+  virtual std::vector<std::pair<uint32_t, uint64_t>> knocks() const = 0;
 };
 
 std::unique_ptr<VirtioMmioDevice> make_virtio_blk(GuestMemory& mem, IrqLine& irq, EventLoop& loop,

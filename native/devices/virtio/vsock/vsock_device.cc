@@ -219,6 +219,40 @@ void VsockDevice::do_transport_reset() {
   pump();
 }
 
+void VsockDevice::set_knock_ports(const std::vector<uint32_t>& ports, std::function<void()> knocked) {
+  for (uint32_t p : ports)
+    if (p == 0 || p >= kFirstPort) throw Error(code::kInvalidArgument, "vsock knock ports must be 1..1023");
+  std::lock_guard<std::mutex> lock(transport_->lock());
+  knocks_.clear();
+  for (uint32_t p : ports) knocks_[p] = 0;
+  knocked_ = std::move(knocked);
+}
+
+std::vector<std::pair<uint32_t, uint64_t>> VsockDevice::knocks() const {
+  std::lock_guard<std::mutex> lock(transport_->lock());
+  return {knocks_.begin(), knocks_.end()};
+}
+
+void VsockDevice::note_knock(uint32_t port) {
+  auto it = knocks_.find(port);
+  if (it == knocks_.end()) return;
+  it->second++;
+  stats_.knocks++;
+  if (!knocked_ || knock_report_posted_) return;  // the report on its way covers this knock too
+  std::shared_ptr<Life> life = life_;
+  knock_report_posted_ = loop_.post([life] {
+    std::function<void()> report;
+    {
+      std::lock_guard<std::mutex> g(life->mu);
+      if (!life->dev) return;
+      std::lock_guard<std::mutex> lock(life->dev->transport_->lock());
+      life->dev->knock_report_posted_ = false;
+      report = life->dev->knocked_;
+    }
+    if (report) report();
+  });
+}
+
 uint32_t VsockDevice::allocate_port() {
   for (;;) {
     uint32_t p = next_port_;
@@ -272,7 +306,9 @@ void VsockDevice::handle_tx_packet(const DescriptorChain& chain) {
     return;
   }
   if (!c) {
-    // Unknown connection (or a guest-initiated REQUEST: we listen on nothing).
+    // Unknown connection, or a guest-initiated REQUEST: we listen on nothing,
+    // but a REQUEST to a knock port is the guest announcing itself.
+    if (h.op == vsock::kOpRequest) note_knock(h.dst_port);
     if (h.op != vsock::kOpRst) queue_control(h.dst_port, h.src_port, vsock::kOpRst);
     return;
   }

@@ -55,6 +55,7 @@ struct VsockStats {
   uint64_t connections = 0;    // connections established
   uint64_t live = 0;           // connections now in the table
   uint64_t events = 0;         // transport reset events delivered
+  uint64_t knocks = 0;         // guest REQUESTs to a knock port (VsockHost::set_knock_ports)
   std::string last_drop;       // why the last packet was dropped
 };
 
@@ -66,7 +67,10 @@ class VsockDevice final : public VirtioDevice, public VsockHost {
   static constexpr int kCloseTimeoutMs = 2000;
   // After a transport reset, REQUESTs are held until the guest re-posts an
   // event buffer (its reset handling is done by then), or at most this long.
-  static constexpr int kEventRefillWaitMs = 500;
+  // The host connects to a restored agent once, with no retry
+  // (lib/sandbox/readiness.ts), so this covers a slow guest (an emulated
+  // nested host takes seconds); each connect's own timeout still ends it.
+  static constexpr int kEventRefillWaitMs = 10000;
   // Control packets (RST, CREDIT_UPDATE...) queued for the guest at most;
   // beyond it the tx queue is left alone until the guest takes some.
   static constexpr size_t kMaxControl = 1024;
@@ -106,6 +110,8 @@ class VsockDevice final : public VirtioDevice, public VsockHost {
   void connect(uint32_t port, uint32_t timeout_ms,
                std::function<void(int fd, const char* code, const std::string& message)> done) override;
   void transport_reset() override;
+  void set_knock_ports(const std::vector<uint32_t>& ports, std::function<void()> knocked) override;
+  std::vector<std::pair<uint32_t, uint64_t>> knocks() const override;  // takes the transport's lock
 
   uint64_t guest_cid() const { return guest_cid_; }
   VsockStats stats() const;  // takes the transport's lock
@@ -155,6 +161,7 @@ class VsockDevice final : public VirtioDevice, public VsockHost {
   void established(Conn& c);
   void queue_control(uint32_t local, uint32_t peer, uint16_t op, uint32_t flags = 0);
   void queue_rst(Conn& c);
+  void note_knock(uint32_t port);
   void drop(uint32_t local_port);
   void drop_all(const char* code, const std::string& why, bool keep_unsent_requests);
   void sweep_closed();
@@ -189,6 +196,9 @@ class VsockDevice final : public VirtioDevice, public VsockHost {
   bool awaiting_event_refill_ = false;
   uint16_t event_avail_mark_ = 0;
   Clock::time_point refill_deadline_{};
+  std::map<uint32_t, uint64_t> knocks_;  // knock port -> knocks counted (fixed set of keys)
+  std::function<void()> knocked_;
+  bool knock_report_posted_ = false;  // a report waits on the I/O thread
   std::vector<uint8_t> scratch_;  // one packet's payload
   DescriptorChain chain_;
   VsockStats stats_;

@@ -470,6 +470,65 @@ TEST("vsock device: RST for unknown connections; malformed packets dropped") {
   close(fd);
 }
 
+TEST("vsock device: a guest REQUEST to a knock port is counted, reported once per burst, answered RST") {
+  Guest g;
+  std::mutex m;
+  std::condition_variable cv;
+  int reports = 0;
+  g.host->set_knock_ports({1023}, [&] {
+    std::lock_guard<std::mutex> lock(m);
+    reports++;
+    cv.notify_all();
+  });
+  auto count = [&] {
+    auto k = g.host->knocks();
+    return k.size() == 1 && k[0].first == 1023 ? k[0].second : ~uint64_t{0};
+  };
+  CHECK_EQ(count(), uint64_t{0});
+  Packet p;
+  g.send(g.hdr(kOpRequest, 5000, 1023));
+  CHECK(g.next_op(kOpRst, &p));
+  CHECK_EQ(p.h.src_port, 1023u);
+  CHECK_EQ(p.h.dst_port, 5000u);
+  CHECK_EQ(p.h.dst_cid, kCid);
+  {
+    std::unique_lock<std::mutex> lock(m);
+    CHECK(cv.wait_for(lock, Ms(2000), [&] { return reports == 1; }));
+  }
+  CHECK_EQ(count(), uint64_t{1});
+
+  // Not a knock: another port, or another op on the knock port.
+  g.send(g.hdr(kOpRequest, 5001, 22));
+  CHECK(g.next_op(kOpRst, &p));
+  g.send(g.hdr(kOpRw, 5002, 1023, 2), "hi");
+  CHECK(g.next_op(kOpRst, &p));
+  CHECK_EQ(count(), uint64_t{1});
+
+  // A guest knocking in a loop: every knock counted and answered, the reports
+  // coalesced (never more than the knocks), the last one after the last knock.
+  constexpr int kBurst = 600;
+  for (int i = 0; i < kBurst; i++) {
+    g.send(g.hdr(kOpRequest, 6000 + i, 1023));
+    if (i % 16 == 15) g.collect();
+  }
+  int rsts = 0;
+  while (rsts < kBurst && g.next_op(kOpRst, nullptr, 2000)) rsts++;
+  CHECK_EQ(rsts, kBurst);
+  CHECK_EQ(count(), uint64_t{kBurst + 1});
+  CHECK_EQ(g.stats().knocks, uint64_t{kBurst + 1});
+  {
+    std::unique_lock<std::mutex> lock(m);
+    CHECK(cv.wait_for(lock, Ms(2000), [&] { return reports >= 2; }));
+    CHECK(reports <= kBurst + 1);
+  }
+  std::this_thread::sleep_for(Ms(20));
+  std::printf("  knocks: %d in a burst -> %d reports\n", kBurst, reports - 1);
+
+  CHECK_THROWS_CODE(g.host->set_knock_ports({1024}, nullptr), "INVALID_ARGUMENT");
+  CHECK_THROWS_CODE(g.host->set_knock_ports({0}, nullptr), "INVALID_ARGUMENT");
+  CHECK_EQ(g.status() & virtio::kStatusNeedsReset, 0u);
+}
+
 TEST("vsock device: refused, timed out, and a malformed packet on a live connection") {
   Guest g;
   auto r = g.connect(6000);
