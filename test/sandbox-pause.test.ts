@@ -436,18 +436,44 @@ kvmTest('Sandbox.installSignalHandlers: SIGTERM pauses the running sandbox, then
   }
 });
 
+kvmTest('SIGKILL of the owner of a sandbox never paused: connect boots the disk it wrote, saying why and what was lost', async () => {
+  const c = spawn(process.execPath, ['--import', 'tsx', 'test/fixtures/sandbox-child.ts', 'create-and-hold'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  c.stdout.on('data', (d: Buffer) => (out += d.toString()));
+  const exited = new Promise((resolve) => c.on('exit', resolve));
+  await until(() => out.includes('"id"'), 'the child creating its sandbox', CHILD_MS);
+  const id = (JSON.parse(out.trim().split('\n').pop()!) as { id: string }).id;
+  try {
+    c.kill('SIGKILL');
+    await exited;
+    assert.is((await Sandbox.getInfo(id)).state, 'paused', 'its owner is gone: connect will recover it');
+    const sbx = await Sandbox.connect(id);
+    const info = await sbx.getInfo();
+    assert.is(info.resumedFrom, 'disk');
+    assert.match(info.resumeReason ?? '', /never paused/);
+    assert.ok(info.lostInterval && info.lostInterval.from.getTime() === info.createdAt.getTime());
+    assert.is(guestStatus(sbx).syncs, 0, 'a fresh boot');
+    await sbx.kill();
+  } finally {
+    c.kill('SIGKILL');
+    await Sandbox.kill(id).catch(() => undefined);
+  }
+});
+
 kvmTest('process.exit() at every lifecycle stage leaves a connectable sandbox', async () => {
   const r = spawnSync(process.execPath, ['--import', 'tsx', 'test/fixtures/sandbox-child.ts', 'exit-at', '-', 'running'], { encoding: 'utf8', timeout: CHILD_MS });
   assert.is(r.status, 0, r.stderr);
   const id = (JSON.parse(r.stdout.trim().split('\n').pop()!) as { id: string }).id;
   try {
-    // Never paused, its owner gone: the disk it wrote boots.
-    assert.is((await Sandbox.getInfo(id)).state, 'paused');
+    // process.exit() while running: the exit handler captured it (no guest SYNC on that path).
+    const paused = await Sandbox.getInfo(id);
+    assert.is(paused.state, 'paused');
+    assert.is(paused.generation, 1);
     let sbx = await Sandbox.connect(id);
     let info = await sbx.getInfo();
-    assert.is(info.resumedFrom, 'disk');
-    assert.match(info.resumeReason ?? '', /never paused/);
-    assert.ok(info.lostInterval);
+    assert.is(info.resumedFrom, 'memory');
+    assert.is(info.lostInterval, undefined, 'nothing lost');
+    assert.is(guestStatus(sbx).syncs, 0, 'captured without SYNC');
     await sbx.pause();
     for (const stage of ['paused', 'pausing', 'resuming', 'pausing', 'resuming']) {
       const c = spawnSync(process.execPath, ['--import', 'tsx', 'test/fixtures/sandbox-child.ts', 'exit-at', id, stage], { encoding: 'utf8', timeout: CHILD_MS });

@@ -5,16 +5,23 @@
 // - SIGINT / SIGTERM: only with Sandbox.installSignalHandlers() (a library does not take a
 //   process's signals by itself): the running sandboxes are paused, then the handler removes
 //   itself and raises the signal again, so the process ends as it would have;
-// - process.exit(), an uncaught exception, SIGKILL: nothing runs here. The sandbox's directory
-//   keeps its last generation and meta.json says `running`; the owner lock died with the
-//   process, so the next Sandbox.connect restores that generation (getInfo().lostInterval says
-//   since when work was lost).
+// - process.exit() (and an uncaught exception, which ends the process the same way): Node
+//   runs `exit` handlers synchronously, with no event loop: each running sandbox is captured
+//   there, on the JS thread (Machine.captureNow: pause bounded at 2 s, a generation written and
+//   made durable, no guest `sync`: memory and disk taken at one instant are consistent) and its
+//   meta.json says `paused`. The addon's cleanup hook then stops the machines.
+// - SIGKILL (or a capture that failed): nothing runs. The sandbox's directory keeps its last
+//   generation and meta.json says `running`; the owner lock died with the process, so the next
+//   Sandbox.connect restores that generation (getInfo().lostInterval says since when work was
+//   lost).
 
 /** What the registry needs of a sandbox. */
 export interface Pausable {
   readonly sandboxId: string;
   isRunning(): boolean;
   pause(): Promise<unknown>;
+  /** The synchronous capture of an ending process (best effort: it never throws). */
+  captureOnExit(): void;
 }
 
 const running = new Set<Pausable>();
@@ -28,12 +35,17 @@ function onBeforeExit(): void {
   if ([...running].some((s) => s.isRunning())) void pauseAll();
 }
 
+function onExit(): void {
+  for (const s of [...running]) if (s.isRunning()) s.captureOnExit();
+}
+
 /** A sandbox that runs in this process (created or connected). */
 export function registerRunning(sbx: Pausable): void {
   running.add(sbx);
   if (!beforeExitInstalled) {
     beforeExitInstalled = true;
     process.on('beforeExit', onBeforeExit);
+    process.on('exit', onExit);
   }
 }
 

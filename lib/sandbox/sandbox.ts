@@ -123,6 +123,8 @@ export { AGENT_KNOCK_PORT, AGENT_VSOCK_PORT, awaitBootedAgent, awaitRestoredAgen
 const OPT_KEYS = ['template', 'vcpus', 'memoryMiB', 'envs', 'metadata', 'boot', 'timeoutMs', 'lifecycle'] as const;
 /** How long the guest has to answer SYNC before a pause captures without it. */
 const SYNC_TIMEOUT_MS = 10_000;
+/** How long the capture of an ending process waits for the vCPUs to park. */
+const EXIT_CAPTURE_TIMEOUT_MS = 2_000;
 /** How long RESUMED may take (the guest already answered the rendezvous: generous). */
 const RESUMED_TIMEOUT_MS = 30_000;
 
@@ -459,6 +461,26 @@ export class Sandbox implements AsyncDisposable {
       durableMs: snap.durableMs,
       pausedAt,
     };
+  }
+
+  /** The process is ending (an `exit` handler): capture now, synchronously, and record the
+   *  sandbox as paused. Best effort: a failure leaves it as a dead owner's (connect restores the
+   *  last generation). The lock dies with the process. */
+  captureOnExit(): void {
+    const run = this.#run;
+    // A directory removed under a running sandbox (a test's temporary home) is not recreated.
+    if (!run || this.#life.state !== 'running' || !existsSync(this.#dir.metaPath)) return;
+    try {
+      const pausedAt = new Date();
+      const generation = run.machine.captureNow(this.#dir.snapshots, EXIT_CAPTURE_TIMEOUT_MS);
+      const diskLayers = [...run.diskLayers, `snapshots/gen-${generation}/disk0.overlay`];
+      this.#meta = { ...this.#meta, state: 'paused', ownerPid: null, generation, pausedAt: pausedAt.toISOString(), diskLayers };
+      this.#dir.writeMetaSync(this.#meta);
+      this.#life.to('pausing');
+      this.#life.to('paused');
+    } catch {
+      // left as it was: recovered by the next connect
+    }
   }
 
   /** A capture that failed: a machine that still runs goes on (with a new client); one that

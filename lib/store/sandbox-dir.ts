@@ -10,6 +10,7 @@
 // meta.json is rewritten whole (temporary file, fsync, rename), so a reader sees the old or the
 // new one. It is data on disk like any other: its shape is checked before a field is used.
 import { randomBytes } from 'node:crypto';
+import { closeSync, fsyncSync, openSync, renameSync, writeSync } from 'node:fs';
 import { lstat, mkdir, open, readdir, readFile, rename, rm, stat, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
 
@@ -195,6 +196,25 @@ export class SandboxDir {
     }
     await rename(tmp, this.metaPath);
     await fsyncPath(this.path);
+  }
+
+  /** writeMeta() for a process that is ending (an `exit` handler: nothing asynchronous runs). */
+  writeMetaSync(meta: SandboxMeta): void {
+    const tmp = join(this.path, `meta.json.${process.pid}.${randomBytes(3).toString('hex')}.tmp`);
+    const fd = openSync(tmp, 'w');
+    try {
+      writeSync(fd, JSON.stringify(meta, null, 2) + '\n');
+      fsyncSync(fd);
+    } finally {
+      closeSync(fd);
+    }
+    renameSync(tmp, this.metaPath);
+    const dfd = openSync(this.path, 'r');
+    try {
+      fsyncSync(dfd);
+    } finally {
+      closeSync(dfd);
+    }
   }
 
   /** The generation `snapshots/current` names; 0 when none was written. */

@@ -281,6 +281,20 @@ export class Machine extends EventEmitter<MachineEvents> {
   }
 
   /**
+   * snapshot() done synchronously on the calling thread, for a process that is ending (an
+   * `exit` handler, where no promise settles any more): the machine pauses (bounded by
+   * `timeoutMs`, TIMEOUT when a vCPU does not park in time, nothing written), a generation is
+   * written into `dir` and made durable; the machine stays paused. Returns the generation.
+   */
+  captureNow(dir: string, timeoutMs = 2000): number {
+    checkString('dir', dir, true);
+    checkInt('timeoutMs', timeoutMs, 1, 600_000);
+    const generation = this.#native.captureNow(dir, timeoutMs);
+    this.#snapshotDir = dir;
+    return generation;
+  }
+
+  /**
    * Forks `count` children from this machine: it pauses briefly while a generation is captured
    * into `dir` (default: the directory of its last snapshot or restore, where only a diff is
    * written; else a new temporary directory, kept: the children's layers live there), then continues; the children restore from that generation, running, sharing its memory

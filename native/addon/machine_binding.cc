@@ -2,7 +2,10 @@
 
 #include <unistd.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <functional>
+#include <mutex>
 
 #include "addon/addon_state.h"
 #include "addon/js_values.h"
@@ -100,6 +103,7 @@ Napi::Function MachineWrap::define(Napi::Env env) {
                      {
                          InstanceMethod<&MachineWrap::start>("start"),
                          InstanceMethod<&MachineWrap::snapshot>("snapshot"),
+                         InstanceMethod<&MachineWrap::capture_now>("captureNow"),
                          InstanceMethod<&MachineWrap::dirty_page_count>("dirtyPageCount"),
                          InstanceMethod<&MachineWrap::prepare_restores>("prepareRestores"),
                          InstanceMethod<&MachineWrap::state_parts>("stateParts"),
@@ -355,6 +359,49 @@ Napi::Value MachineWrap::snapshot(const Napi::CallbackInfo& info) {
       settle(env, id, e.code(), e.what(), env.Undefined());
     }
     return promise;
+  });
+}
+
+// The process is ending ('exit' handlers run synchronously, the event loop is over): pause and
+// capture on this thread. The pause is bounded by timeoutMs (a vCPU that does not park in time:
+// TIMEOUT, nothing written); the capture itself is the one snapshot() runs on a worker. The
+// pause's completion comes from a vCPU or the I/O thread, never through the JS thread, so
+// waiting for it here cannot deadlock; its state is shared so a late completion finds it alive.
+Napi::Value MachineWrap::capture_now(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guarded(env, [&]() -> Napi::Value {
+    Machine& m = live_machine();
+    if (!info[0].IsString()) throw Error(code::kInvalidArgument, "captureNow: dir must be a string");
+    std::string dir = info[0].As<Napi::String>().Utf8Value();
+    uint64_t timeout_ms = 2000;
+    if (info[1].IsNumber()) {
+      double t = info[1].As<Napi::Number>().DoubleValue();
+      if (!(t >= 1 && t <= 600000)) throw Error(code::kInvalidArgument, "captureNow: timeoutMs must be in 1..600000");
+      timeout_ms = static_cast<uint64_t>(t);
+    }
+    struct Wait {
+      std::mutex mu;
+      std::condition_variable cv;
+      bool done = false;
+      const char* code = nullptr;  // one of the static code:: constants
+      std::string message;
+    };
+    auto w = std::make_shared<Wait>();
+    m.pause([w](const char* c, const std::string& message) {
+      std::lock_guard<std::mutex> lock(w->mu);
+      w->done = true;
+      w->code = c;
+      w->message = message;
+      w->cv.notify_all();
+    });
+    {
+      std::unique_lock<std::mutex> lock(w->mu);
+      if (!w->cv.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return w->done; }))
+        throw Error(code::kTimeout, "captureNow: the machine did not pause within " + std::to_string(timeout_ms) + " ms");
+      if (w->code && *w->code) throw Error(w->code, w->message);
+    }
+    CaptureResult r = m.capture(dir);
+    return Napi::Number::New(env, static_cast<double>(r.generation));
   });
 }
 
