@@ -12,8 +12,7 @@
 // /dev/vda -> the agent's knock on vsock port 1023 (readiness.ts) -> vsock port 1024 -> HELLO.
 // pause() / connect(): docs/sandbox-lifecycle.md. States and transitions: lifecycle.ts.
 import { existsSync } from 'node:fs';
-import { mkdir, readFile, stat } from 'node:fs/promises';
-import { dirname, join, relative } from 'node:path';
+import { readFile, stat } from 'node:fs/promises';
 
 import { KvmUnavailableError, SandboxNotFoundError, TemplateNotFoundError, TorporError } from '../errors.js';
 import type { AgentClient } from '../agent/client.js';
@@ -25,16 +24,19 @@ import {
   newSandboxId,
   sandboxIds,
   type OnTimeout,
-  type ResumedFrom,
   type SandboxMeta,
 } from '../store/sandbox-dir.js';
 import { Machine } from '../vm/machine.js';
 import { createAgentApi } from './agent-api.js';
-import { sendResumed, syncGuest } from './guest-requests.js';
+import { syncGuest } from './guest-requests.js';
+import { infoOf, type SandboxInfo } from './info.js';
 import { IdleTimer } from './idle-timer.js';
 import { Lifecycle, type SandboxState } from './lifecycle.js';
 import { installSignalHandlers, registerRunning, unregisterRunning } from './process-exit.js';
 import { AGENT_KNOCK_PORT, GUEST_CID, awaitBootedAgent, awaitRestoredAgent } from './readiness.js';
+import { resume, type ConnectOpts, type Running } from './resume.js';
+export type { ConnectOpts } from './resume.js';
+export type { SandboxInfo } from './info.js';
 export { GUEST_CID };
 export type { SandboxState } from './lifecycle.js';
 import type { Commands } from './commands.js';
@@ -71,15 +73,6 @@ export interface SandboxOpts {
   };
 }
 
-export interface ConnectOpts {
-  /** 'restore' (default): continue from memory, booting the same generation's disk when the
-   *  memory image cannot be used; 'reboot': boot that disk. */
-  onResume?: 'restore' | 'reboot';
-  /** How long a restored guest's agent has to answer before the disk is booted instead (default 10 s). */
-  restoreTimeoutMs?: number;
-  /** How long a boot from disk waits for the agent (default 30 s). */
-  bootTimeoutMs?: number;
-}
 
 export interface PauseResult {
   sandboxId: string;
@@ -92,28 +85,6 @@ export interface PauseResult {
   pausedAt: Date;
 }
 
-export interface SandboxInfo {
-  sandboxId: string;
-  state: SandboxState;
-  template: string;
-  metadata: Record<string, string>;
-  createdAt: Date;
-  pausedAt?: Date;
-  resumedAt?: Date;
-  resumedFrom?: ResumedFrom;
-  /** Why the last resume booted from disk instead of continuing from memory. */
-  resumeReason?: string;
-  /** A dead owner's sandbox that a connect recovered: work done between these times is lost. */
-  lostInterval?: { from: Date; to: Date };
-  /** The live process that owns it, when one does. */
-  ownerPid: number | null;
-  /** The generation a connect continues from (0: none yet). */
-  generation: number;
-  /** Bytes its directory takes on disk. */
-  bytesOnDisk: number;
-  timeoutMs?: number;
-  onTimeout?: OnTimeout;
-}
 
 export const GUEST_CMDLINE =
   'console=ttyS0 reboot=k panic=1 pci=off nomodule 8250.nr_uarts=1 i8042.noaux i8042.nomux i8042.dumbkbd ' +
@@ -125,8 +96,6 @@ const OPT_KEYS = ['template', 'vcpus', 'memoryMiB', 'envs', 'metadata', 'boot', 
 const SYNC_TIMEOUT_MS = 10_000;
 /** How long the capture of an ending process waits for the vCPUs to park. */
 const EXIT_CAPTURE_TIMEOUT_MS = 2_000;
-/** How long RESUMED may take (the guest already answered the rendezvous: generous). */
-const RESUMED_TIMEOUT_MS = 30_000;
 
 function validate(opts: SandboxOpts): void {
   checkObject('opts', opts);
@@ -181,14 +150,6 @@ async function recordedKernel(): Promise<boolean> {
 }
 
 
-/** What a running sandbox is made of; replaced whole after a resume. */
-interface Running {
-  machine: Machine;
-  client: AgentClient;
-  lock: OwnerLock;
-  /** Disk layers under the machine's top (relative to the directory): what the next pause adds to. */
-  diskLayers: string[];
-}
 
 const SANDBOX_BUSY = (id: string, pid: number | null) =>
   new TorporError(
@@ -201,6 +162,7 @@ export class Sandbox implements AsyncDisposable {
   readonly commands: Commands;
   readonly files: Files;
   readonly pty: Pty;
+  /** The sandbox's directory (tests and diagnostics read it; the API does not expose it). */
   private readonly dir: string;
   readonly #dir: SandboxDir;
   #meta: SandboxMeta;
@@ -255,6 +217,7 @@ export class Sandbox implements AsyncDisposable {
     return this.#life.state === 'running';
   }
 
+  /** The running machine (tests and diagnostics read it; the API does not expose it). */
   private get machine(): Machine {
     if (!this.#run) throw this.#notRunning('the machine');
     return this.#run.machine;
@@ -532,18 +495,12 @@ export class Sandbox implements AsyncDisposable {
     if (!taken.ok) throw SANDBOX_BUSY(sandboxId, taken.ownerPid);
     const lock = taken.lock;
     try {
-      const before = await dir.readMeta();
-      const sbx = await resume(dir, before, lock, opts);
-      return sbx;
+      const { meta, run } = await resume(dir, await dir.readMeta(), lock, opts);
+      return new Sandbox(dir, meta, run);
     } catch (err) {
       await lock.release().catch(() => undefined);
       throw err;
     }
-  }
-
-  /** Internal: builds the Sandbox object around a resumed machine. */
-  static _adopt(dir: SandboxDir, meta: SandboxMeta, run: Running): Sandbox {
-    return new Sandbox(dir, meta, run);
   }
 
   /** The sandboxes under TORPOR_HOME, optionally only those in `state`. */
@@ -669,121 +626,6 @@ export class Sandbox implements AsyncDisposable {
 /** Sandboxes this process runs or ran, by id (connect returns the running one as it is). */
 const live = new Map<string, Sandbox>();
 
-function infoOf(meta: SandboxMeta, state: SandboxState, ownerPid: number | null, generation: number, bytesOnDisk: number): SandboxInfo {
-  const info: SandboxInfo = {
-    sandboxId: meta.id,
-    state,
-    template: meta.template,
-    metadata: { ...meta.metadata },
-    createdAt: new Date(meta.createdAt),
-    ownerPid,
-    generation,
-    bytesOnDisk,
-  };
-  if (meta.pausedAt) info.pausedAt = new Date(meta.pausedAt);
-  if (meta.resumedAt) info.resumedAt = new Date(meta.resumedAt);
-  if (meta.resumedFrom) info.resumedFrom = meta.resumedFrom;
-  if (meta.resumeReason) info.resumeReason = meta.resumeReason;
-  if (meta.lostInterval) info.lostInterval = { from: new Date(meta.lostInterval.from), to: new Date(meta.lostInterval.to) };
-  if (meta.timeoutMs) info.timeoutMs = meta.timeoutMs;
-  if (meta.onTimeout) info.onTimeout = meta.onTimeout;
-  return info;
-}
-
-/** Why a restore was not used, in a few words for meta.json and getInfo(). */
-function reasonOf(err: unknown): string {
-  if (err instanceof TorporError) return `${err.code}: ${err.message.split('\n')[0]}`;
-  return err instanceof Error ? err.message : String(err);
-}
-
-/** Since when a dead owner's work is lost: the generation it is recovered from was captured at
- *  `pausedAt`, and the machine ran again from `resumedAt` (or from creation, never paused). */
-async function lostSince(dir: SandboxDir, meta: SandboxMeta, generation: number): Promise<string> {
-  if (generation === 0) return meta.createdAt;
-  if (generation === meta.generation) return meta.resumedAt && meta.pausedAt && meta.resumedAt > meta.pausedAt ? meta.resumedAt : (meta.pausedAt ?? meta.createdAt);
-  // A generation newer than meta.json records (the owner died right after writing it).
-  const st = await stat(join(dir.snapshots, `gen-${generation}`, 'vm.state')).catch(() => null);
-  return st ? st.mtime.toISOString() : meta.createdAt;
-}
-
-async function resume(dir: SandboxDir, before: SandboxMeta, lock: OwnerLock, opts: ConnectOpts): Promise<Sandbox> {
-  const generation = await dir.currentGeneration();
-  const now = new Date();
-  // Only a sandbox recorded as running (or pausing, starting) lost work: a crash while paused
-  // or while resuming left its generation as it was.
-  const ownerDied = before.state === 'running' || before.state === 'pausing' || before.state === 'starting';
-  const lostInterval = ownerDied ? { from: await lostSince(dir, before, generation), to: now.toISOString() } : undefined;
-  await dir.writeMeta({ ...before, state: 'resuming', ownerPid: process.pid });
-
-  let machine: Machine | undefined;
-  let client: AgentClient | undefined;
-  let resumedFrom: ResumedFrom = 'memory';
-  let resumeReason: string | undefined;
-  let diskLayers = (await dir.diskLayersAt(before, generation)).map((p) => relative(dir.path, p));
-  try {
-    if (generation === 0) resumeReason = 'no generation: the sandbox was never paused';
-    else if (opts.onResume === 'reboot') resumeReason = "onResume: 'reboot'";
-    else {
-      try {
-        machine = await Machine.restore(dir.snapshots);
-        client = await awaitRestoredAgent(machine, opts.restoreTimeoutMs ?? 10_000);
-        await sendResumed(client, RESUMED_TIMEOUT_MS);
-      } catch (err) {
-        await client?.close().catch(() => undefined);
-        await machine?.stop().catch(() => undefined);
-        machine = client = undefined;
-        resumeReason = reasonOf(err);
-      }
-    }
-    if (!machine || !client) {
-      resumedFrom = 'disk';
-      // A sandbox never paused: its first top layer, as the dead owner's machine left it
-      // (crash-consistent), under a new top.
-      if (generation === 0 && existsSync(dir.firstOverlay)) diskLayers = [relative(dir.path, dir.firstOverlay)];
-      const top = dir.bootTop(generation);
-      await mkdir(dirname(top), { recursive: true });
-      machine = await Machine.build({
-        kernel: before.kernel,
-        cmdline: before.cmdline,
-        vcpus: before.vcpus,
-        memoryMiB: before.memoryMiB,
-        disks: [{ base: before.rootfs, frozen: diskLayers.map((p) => join(dir.path, p)), overlay: top }],
-        vsockCid: GUEST_CID,
-        vsockKnockPorts: [AGENT_KNOCK_PORT],
-        consoleLog: dir.consoleLog,
-      });
-      try {
-        await machine.start();
-        client = await awaitBootedAgent(machine, opts.bootTimeoutMs ?? 30_000);
-        await sendResumed(client, RESUMED_TIMEOUT_MS);
-      } catch (err) {
-        await client?.close().catch(() => undefined);
-        await machine.stop().catch(() => undefined);
-        throw err;
-      }
-    }
-  } catch (err) {
-    // Nothing was changed but meta.json's state: put it back.
-    await dir.writeMeta(before).catch(() => undefined);
-    throw err;
-  }
-  const meta: SandboxMeta = { ...before, state: 'running', ownerPid: process.pid, resumedAt: new Date().toISOString(), resumedFrom };
-  if (generation) meta.generation = generation;
-  meta.diskLayers = diskLayers;
-  delete meta.resumeReason;
-  if (resumeReason) meta.resumeReason = resumeReason;
-  delete meta.lostInterval;
-  if (lostInterval) meta.lostInterval = lostInterval;
-  try {
-    await dir.writeMeta(meta);
-  } catch (err) {
-    await client.close().catch(() => undefined);
-    await machine.stop().catch(() => undefined);
-    await dir.writeMeta(before).catch(() => undefined);
-    throw err;
-  }
-  return Sandbox._adopt(dir, meta, { machine, client, lock, diskLayers });
-}
 
 export function tailText(machine: Machine): string {
   return machine.consoleTail().toString('utf8');
