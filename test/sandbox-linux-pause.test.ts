@@ -97,4 +97,37 @@ linuxTest('the clock is within 1 s of the host after a 5 s pause; /dev/urandom d
   }
 });
 
+linuxTest('a python3 holding state only in memory answers over stdin after resume; files written between 10 pause/connect cycles all intact', async () => {
+  const sbx = await Sandbox.create(BOOT);
+  const id = sbx.sandboxId;
+  try {
+    const script = 'import sys\nstate = []\nfor line in sys.stdin:\n    state.append(line.strip())\n    print(len(state), ",".join(state), flush=True)\n';
+    await sbx.files.write('/tmp/keeper.py', script);
+    const keeper = await sbx.commands.run('python3 -u /tmp/keeper.py', { background: true, stdin: true });
+    await keeper.sendStdin('alpha\n');
+    for (let i = 0; i < 600 && !keeper.stdout.includes('1 alpha'); i++) await sleep(100);
+    assert.match(keeper.stdout, /^1 alpha\n/);
+    const written: string[] = [];
+    let cur = sbx;
+    for (let cycle = 0; cycle < 10; cycle++) {
+      const body = `cycle ${cycle} ${'x'.repeat(cycle * 1000)}\n`;
+      await cur.files.write(`/home/user/cycle-${cycle}.txt`, body);
+      written.push(body);
+      await cur.pause();
+      cur = await Sandbox.connect(id, CONNECT);
+      const info = await cur.getInfo();
+      assert.is(info.resumedFrom, 'memory', `cycle ${cycle}: resumed from ${info.resumedFrom}: ${info.resumeReason}`);
+      for (let j = 0; j < written.length; j++) assert.is(await cur.files.read(`/home/user/cycle-${j}.txt`), written[j], `cycle ${cycle}: file ${j}`);
+    }
+    // The same python3, its list still in memory: reattach and feed it one more line.
+    const again = await cur.commands.connect(keeper.pid, { fromOffset: 0 });
+    await cur.commands.sendStdin(keeper.pid, 'beta\n');
+    for (let i = 0; i < 600 && !again.stdout.includes('2 alpha,beta'); i++) await sleep(100);
+    assert.is(again.stdout, '1 alpha\n2 alpha,beta\n', 'output replayed from offset 0, no gap, no duplicate');
+    await cur.kill();
+  } finally {
+    await Sandbox.kill(id).catch(() => undefined);
+  }
+});
+
 test.run();

@@ -37,7 +37,7 @@ export const LINUX_FILES: Record<string, number> = {
   'vmm-linux': 1,
   'vmm-linux-snapshot': 2,
   'sandbox-linux': 2,
-  'sandbox-linux-pause': 2,
+  'sandbox-linux-pause': 3,
   'api-e2b-linux': 1,
 };
 
