@@ -185,6 +185,19 @@ kvmTest('in one process: connect and kill during a pause wait for it; pause of a
   }
 });
 
+kvmTest('a directory removed under a running sandbox: pause refuses (SANDBOX_NOT_FOUND) and recreates nothing', async () => {
+  const sbx = await Sandbox.create(bootOpts());
+  const dir = join(home, 'sandboxes', sbx.sandboxId);
+  await rm(dir, { recursive: true, force: true });
+  const err = await sbx.pause().catch((e: unknown) => e);
+  assert.ok(err instanceof TorporError && err.code === 'SANDBOX_NOT_FOUND', String(err));
+  assert.is(sbx.state, 'failed');
+  assert.not.ok(existsSync(dir));
+  await sbx.kill();
+  assert.is(sbx.state, 'killed');
+  assert.not.ok(existsSync(dir));
+});
+
 kvmTest('pause in one process, connect in another: the counter goes on; back here, RESUMED counted twice', async () => {
   const sbx = await Sandbox.create(bootOpts());
   const id = sbx.sandboxId;

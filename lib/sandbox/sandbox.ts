@@ -391,6 +391,16 @@ export class Sandbox implements AsyncDisposable {
     }
     const pausedAt = new Date();
     await run.client.close();
+    if (!existsSync(this.#dir.metaPath)) {
+      // The directory was removed under a running sandbox (a test's temporary home): a capture
+      // would recreate it. The sandbox ends instead.
+      await run.machine.stop().catch(() => undefined);
+      this.#run = null;
+      unregisterRunning(this);
+      await run.lock.release();
+      this.#life.to('failed');
+      throw new SandboxNotFoundError(`sandbox ${this.sandboxId}: its directory ${this.dir} was removed; nothing to pause into`);
+    }
     let snap;
     try {
       snap = await run.machine.snapshot(this.#dir.snapshots, { stop: true });
