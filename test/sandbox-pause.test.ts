@@ -290,6 +290,11 @@ kvmTest('list / getInfo / kill of paused sandboxes; SANDBOX_NOT_FOUND after', as
     assert.equal(paused.map((i) => i.sandboxId).sort(), [a.sandboxId, b.sandboxId].sort());
     const all = await Sandbox.list();
     assert.is(all.length, 3);
+    assert.equal((await Sandbox.list({ metadata: { who: 'b' } })).map((i) => i.sandboxId), [b.sandboxId]);
+    assert.equal((await Sandbox.list({ query: { state: ['paused'], metadata: { who: 'a' } } })).map((i) => i.sandboxId), [a.sandboxId]);
+    assert.equal(await Sandbox.list({ state: 'running', metadata: { who: 'a' } }), []);
+    const badState = await Sandbox.list({ state: 'sleeping' as never }).catch((e: unknown) => e);
+    assert.ok(badState instanceof TorporError && badState.code === 'INVALID_ARGUMENT', String(badState));
     assert.equal((await Sandbox.list({ state: 'running' })).map((i) => i.sandboxId), [running.sandboxId]);
     const info = await Sandbox.getInfo(a.sandboxId);
     assert.is(info.state, 'paused');
@@ -299,6 +304,8 @@ kvmTest('list / getInfo / kill of paused sandboxes; SANDBOX_NOT_FOUND after', as
     assert.ok(info.createdAt.getTime() <= info.pausedAt.getTime());
     assert.is(info.generation, 1);
     assert.is(info.ownerPid, null);
+    assert.is(info.cpuCount, 1);
+    assert.is(info.memoryMiB, 64);
     assert.ok(info.bytesOnDisk > 4096 && info.bytesOnDisk < 256 * 1024 * 1024, `bytes on disk ${info.bytesOnDisk}`);
     const dir = join(home, 'sandboxes', a.sandboxId);
     assert.ok(existsSync(dir));
@@ -387,7 +394,7 @@ kvmTest("onResume: 'reboot' boots the disk even with a good generation", async (
   }
 });
 
-kvmTest("timeoutMs with onTimeout 'pause': idle -> paused; the setting survives connect and pauses again", async () => {
+kvmTest("timeoutMs with onTimeout 'pause': idle -> paused; the setting survives connect and pauses again; setTimeout changes it", async () => {
   const sbx = await Sandbox.create({ ...bootOpts(), timeoutMs: 400, lifecycle: { onTimeout: 'pause' } });
   const id = sbx.sandboxId;
   try {
@@ -406,6 +413,18 @@ kvmTest("timeoutMs with onTimeout 'pause': idle -> paused; the setting survives 
     assert.is(back.state, 'running');
     await until(() => back.state === 'paused', 'the idle pause after connect', 10_000);
     assert.is((await Sandbox.getInfo(id)).generation, 2);
+    // setTimeout: off, then kill after 300 ms; kept across pause and connect.
+    const third = await Sandbox.connect(id);
+    await third.setTimeout(0);
+    await sleep(800);
+    assert.is(third.state, 'running', 'no timeout any more');
+    assert.is((await third.getInfo()).timeoutMs, undefined);
+    await third.pause();
+    const fourth = await Sandbox.connect(id);
+    assert.is((await fourth.getInfo()).timeoutMs, undefined);
+    await fourth.setTimeout(300, { onTimeout: 'kill' });
+    await until(() => fourth.state === 'killed', 'the idle kill', 10_000);
+    await until(() => !existsSync(join(home, 'sandboxes', id)), 'its files removed');
   } finally {
     await Sandbox.kill(id).catch(() => undefined);
   }

@@ -7,6 +7,8 @@ export interface SandboxInfo {
   state: SandboxState;
   template: string;
   metadata: Record<string, string>;
+  cpuCount: number;
+  memoryMiB: number;
   createdAt: Date;
   pausedAt?: Date;
   resumedAt?: Date;
@@ -31,6 +33,8 @@ export function infoOf(meta: SandboxMeta, state: SandboxState, ownerPid: number 
     state,
     template: meta.template,
     metadata: { ...meta.metadata },
+    cpuCount: meta.vcpus,
+    memoryMiB: meta.memoryMiB,
     createdAt: new Date(meta.createdAt),
     ownerPid,
     generation,

@@ -31,7 +31,7 @@ import { createAgentApi } from './agent-api.js';
 import { syncGuest } from './guest-requests.js';
 import { infoOf, type SandboxInfo } from './info.js';
 import { IdleTimer } from './idle-timer.js';
-import { Lifecycle, type SandboxState } from './lifecycle.js';
+import { Lifecycle, SANDBOX_STATES, isSandboxState, type SandboxState } from './lifecycle.js';
 import { installSignalHandlers, registerRunning, unregisterRunning } from './process-exit.js';
 import { AGENT_KNOCK_PORT, GUEST_CID, awaitBootedAgent, awaitRestoredAgent } from './readiness.js';
 import { resume, type ConnectOpts, type Running } from './resume.js';
@@ -85,6 +85,13 @@ export interface PauseResult {
   pausedAt: Date;
 }
 
+
+/** Sandbox.list's filters. */
+export interface ListOpts {
+  state?: SandboxState | SandboxState[];
+  /** Only sandboxes whose metadata has every one of these keys with these values. */
+  metadata?: Record<string, string>;
+}
 
 export const GUEST_CMDLINE =
   'console=ttyS0 reboot=k panic=1 pci=off nomodule 8250.nr_uarts=1 i8042.noaux i8042.nomux i8042.dumbkbd ' +
@@ -514,16 +521,49 @@ export class Sandbox implements AsyncDisposable {
   }
 
   /** The sandboxes under TORPOR_HOME, optionally only those in `state`. */
-  static async list(opts: { state?: SandboxState | SandboxState[] } = {}): Promise<SandboxInfo[]> {
+  /** The sandboxes under TORPOR_HOME, optionally only those in a state (or states) and with
+   *  the given metadata; `{ query: { state, metadata } }` (E2B's shape) works too. */
+  static async list(opts: ListOpts & { query?: ListOpts } = {}): Promise<SandboxInfo[]> {
     checkObject('opts', opts);
-    checkKnownKeys('opts', opts, ['state']);
-    const want = opts.state === undefined ? null : Array.isArray(opts.state) ? opts.state : [opts.state];
+    checkKnownKeys('opts', opts, ['state', 'metadata', 'query']);
+    const query: ListOpts | undefined = opts.query;
+    checkObject('opts.query', query as unknown);
+    checkKnownKeys('opts.query', query, ['state', 'metadata']);
+    const state = opts.state ?? query?.state;
+    const metadata = opts.metadata ?? query?.metadata;
+    checkEnvs('opts.metadata', metadata);
+    const want = state === undefined ? null : Array.isArray(state) ? state : [state];
+    for (const s of want ?? []) if (!isSandboxState(s)) fail('opts.state', `one of ${SANDBOX_STATES.join(', ')}`, s);
     const out: SandboxInfo[] = [];
     for (const id of await sandboxIds()) {
       const info = await Sandbox.getInfo(id).catch(() => null);
-      if (info && (!want || want.includes(info.state))) out.push(info);
+      if (!info || (want && !want.includes(info.state))) continue;
+      if (metadata && !Object.entries(metadata).every(([k, v]) => info.metadata[k] === v)) continue;
+      out.push(info);
     }
     return out;
+  }
+
+  /**
+   * Sets the lifecycle timeout from now on (E2B's setTimeout): `timeoutMs` without activity, then
+   * `lifecycle.onTimeout`; 0 turns it off. Kept in meta.json, so it survives pause and connect.
+   */
+  async setTimeout(timeoutMs: number, opts: { onTimeout?: OnTimeout } = {}): Promise<void> {
+    checkInt('timeoutMs', timeoutMs, 0, 2 ** 31 - 1);
+    checkObject('opts', opts);
+    checkKnownKeys('opts', opts, ['onTimeout']);
+    if (opts.onTimeout !== undefined && opts.onTimeout !== 'pause' && opts.onTimeout !== 'kill') fail('opts.onTimeout', "'pause' or 'kill'", opts.onTimeout);
+    this.#life.require('setTimeout()', 'running');
+    const meta = { ...this.#meta };
+    delete meta.timeoutMs;
+    delete meta.onTimeout;
+    if (timeoutMs > 0) {
+      meta.timeoutMs = timeoutMs;
+      meta.onTimeout = opts.onTimeout ?? this.#meta.onTimeout ?? 'kill';
+    }
+    await this.#dir.writeMeta(meta);
+    this.#meta = meta;
+    this.#armTimeout();
   }
 
   /** What a sandbox is and where it stands, from its directory (any process may ask). */
