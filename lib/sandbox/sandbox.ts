@@ -503,6 +503,10 @@ export class Sandbox implements AsyncDisposable {
     const mine = live.get(sandboxId);
     if (mine && mine.#pausing) await mine.#pausing.catch(() => undefined);
     if (mine && mine.#life.state === 'running') return mine;
+    if (mine && mine.#run) {
+      // This process holds it, in a state connect cannot continue (its guest ended by itself).
+      throw new TorporError('INVALID_STATE', `sandbox ${sandboxId} is ${mine.#life.state} in this process (its guest ended); kill() it, or connect to another one`);
+    }
     const dir = new SandboxDir(sandboxId);
     if (!(await dir.exists())) throw new SandboxNotFoundError(`no sandbox ${sandboxId} in ${dir.path} (Sandbox.list() shows the ones there are)`);
     const taken = await takeOwnerLock(dir.lockPath).catch(async (err: unknown) => {
