@@ -156,14 +156,17 @@ export class AgentClient {
     this.conn?.sendRaw(bytes);
   }
 
-  /** Closes the session: in-flight requests fail with CONNECTION_CLOSED; processes keep running. */
-  async close(): Promise<void> {
+  /**
+   * Closes the session: in-flight requests fail with CONNECTION_CLOSED (with `why` as their
+   * message when given: what ended the session); processes keep running.
+   */
+  async close(why?: string): Promise<void> {
     if (this.closedByUser) return;
     this.closedByUser = true;
     const conn = this.conn;
     this.conn = null;
     conn?.close();
-    this.failAll(new TorporError('CONNECTION_CLOSED', 'the agent client was closed'));
+    this.failAll(new TorporError('CONNECTION_CLOSED', why ?? 'the agent client was closed'));
     this.emitClose(undefined);
   }
 

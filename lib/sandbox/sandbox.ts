@@ -117,8 +117,11 @@ export class Sandbox implements AsyncDisposable {
     this.pty = api.pty;
     // A guest that stops by itself (panic, reset, poweroff) takes the agent with it: end the
     // session now rather than letting requests wait for reconnects that cannot succeed.
-    machine.once('exit', () => {
-      if (!this.killed) void this.client.close();
+    // The requests it fails say why the machine ended (a guest panic's last console line).
+    machine.once('exit', (state, reason) => {
+      if (this.killed) return;
+      const last = machine.consoleTail().toString('utf8').trimEnd().split('\n').slice(-1)[0] ?? '';
+      void this.client.close(`the sandbox's machine ended (${state}, ${reason.kind}: ${reason.message}); console: ${last.slice(-200)}`);
     });
   }
 
