@@ -94,6 +94,7 @@ constexpr Bit kXsave{1, 0, Reg::Ecx, 26};
 constexpr Bit kOsxsave{1, 0, Reg::Ecx, 27};
 constexpr Bit kXsavec{kLeafXstate, 1, Reg::Eax, 1};
 constexpr Bit kXsaves{kLeafXstate, 1, Reg::Eax, 3};
+constexpr Bit kXfd{kLeafXstate, 1, Reg::Eax, 4};
 
 kvm_cpuid_entry2* find(std::vector<kvm_cpuid_entry2>& entries, uint32_t leaf, uint32_t index) {
   for (auto& e : entries) {
@@ -176,7 +177,9 @@ void shape_xstate_cpuid(std::vector<kvm_cpuid_entry2>& entries, bool xsaves_usab
     for (const auto& g : kGates) {
       bool whole = (user & g.components) == g.components;
       bool needs_ymm = g.components == kAvx512 && !(keep & kYmm);  // kGates lists YMM first
-      if (whole && !needs_ymm && has(entries, g.feature)) keep |= g.components;
+      // Linux enables dynamic (tile) state only with XFD to trap its first use.
+      bool needs_xfd = g.components == kTiles && !has(entries, kXfd);
+      if (whole && !needs_ymm && !needs_xfd && has(entries, g.feature)) keep |= g.components;
     }
   }
 

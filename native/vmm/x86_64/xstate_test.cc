@@ -195,3 +195,27 @@ TEST("xstate: build_cpuid shapes leaf 0xD") {
   auto g = guest_view(out);
   CHECK_EQ(g.computed, g.reported);
 }
+
+TEST("xstate: tile state only with XFD") {
+  auto make = [](uint32_t d1_eax) {
+    return std::vector<kvm_cpuid_entry2>{
+        leaf(1, 0, 0, 0, kXsave | kAvx, 0),
+        leaf(7, 0, 0, 0, 0, (1u << 24) | (1u << 25)),  // AMX-TILE, AMX-INT8
+        leaf(0xd, 0, 0x60007, 0, 0, 0),
+        leaf(0xd, 1, d1_eax, 0, 0, 0),
+        leaf(0xd, 2, 256, 576, 0, 0),
+        leaf(0xd, 17, 64, 2752, 0, 0),
+        leaf(0xd, 18, 8192, 2816, 2, 0),
+    };
+  };
+  auto with = make(0x10);  // XFD
+  shape_xstate_cpuid(with, false);
+  CHECK_EQ(get(with, 0xd, 0)->eax, 0x60007u);
+  CHECK_EQ(get(with, 0xd, 0)->ecx, 2816u + 8192u);
+  CHECK_EQ(get(with, 7, 0)->edx, (1u << 24) | (1u << 25));
+  auto without = make(0);
+  shape_xstate_cpuid(without, false);
+  CHECK_EQ(get(without, 0xd, 0)->eax, 0x7u);
+  CHECK_EQ(get(without, 7, 0)->edx, 0u);
+  CHECK(get(without, 0xd, 18) == nullptr);
+}
