@@ -120,7 +120,7 @@ export class Sandbox implements AsyncDisposable {
     // The requests it fails say why the machine ended (a guest panic's last console line).
     machine.once('exit', (state, reason) => {
       if (this.killed) return;
-      const last = machine.consoleTail().toString('utf8').trimEnd().split('\n').slice(-1)[0] ?? '';
+      const last = reason.consoleTail.trimEnd().split('\n').slice(-1)[0] ?? '';
       void this.client.close(`the sandbox's machine ended (${state}, ${reason.kind}: ${reason.message}); console: ${last.slice(-200)}`);
     });
   }
