@@ -9,6 +9,7 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
 import { kvmSkipReason } from './vmm-guests.js';
+import { bound } from './bounds.js';
 import { testUnless } from './skip-unless.js';
 
 const kvmTest = testUnless('exit-stages', kvmSkipReason(), 'kvm');
@@ -28,7 +29,7 @@ interface Run {
 // A child still alive after this is hung (it is killed and the test fails). Inside the nested
 // KVM host (TORPOR_NESTED=1) everything, Node's own start included, runs emulated and several
 // times slower: one child once took more than 30 s there under load without hanging.
-const HANG_MS = process.env.TORPOR_NESTED === '1' ? 120_000 : 30_000;
+const HANG_MS = bound(30_000);
 
 function run(stage: string, how: string): Promise<Run> {
   return new Promise((resolve) => {

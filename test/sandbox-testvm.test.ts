@@ -170,6 +170,22 @@ kvmTest('create -> knock on vsock 1023 -> vsock 1024 -> HELLO, with the director
   }
 });
 
+kvmTest('a guest that stops after boot: requests fail with CONNECTION_CLOSED saying how the machine ended', async () => {
+  const sbx = await Sandbox.create(bootOpts(AGENT_READY));
+  try {
+    const { machine, client } = internals(sbx);
+    const ended = new Promise<void>((resolve) => machine.once('exit', () => resolve()));
+    machine.consoleWrite('triple\n'); // the test guest's serial command: a triple fault now
+    await ended;
+    const err = await client.ping().catch((e: unknown) => e);
+    assert.ok(err instanceof TorporError && err.code === 'CONNECTION_CLOSED', String(err));
+    assert.match((err as Error).message, /the sandbox.s machine ended \(failed, triple-fault: /);
+    assert.match((err as Error).message, /console: triple=now/);
+  } finally {
+    await sbx.kill();
+  }
+});
+
 kvmTest('await using kills the sandbox at the end of the block', async () => {
   let dir = '';
   let machine: Machine | undefined;

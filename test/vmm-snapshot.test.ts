@@ -12,6 +12,7 @@ import { test } from 'uvu';
 
 import { Machine } from '../lib/vm/machine.js';
 import { bootTestvm, sleep, testvmCommand, testvmSkipReason } from './vmm-guests.js';
+import { bound } from './bounds.js';
 import { testUnless } from './skip-unless.js';
 
 const kvmTest = testUnless('vmm-snapshot', testvmSkipReason());
@@ -283,13 +284,22 @@ kvmTest('SIGKILL of a process capturing, at random moments: the previous generat
         stdio: ['ignore', 'pipe', 'pipe'],
       });
       let out = '';
+      let err = '';
       c.stdout.on('data', (d: Buffer) => (out += d.toString()));
+      c.stderr.on('data', (d: Buffer) => (err += d.toString()));
       const exited = new Promise<void>((resolve) => c.on('exit', () => resolve()));
-      // Wait for the child to be capturing, then kill it somewhere in a capture.
-      await until(() => out.includes('gen '), 'the child capturing', 30_000);
-      await sleep(Math.random() * 150);
-      c.kill('SIGKILL');
-      await exited;
+      try {
+        // Wait for the child to be capturing (a Node start: slow where emulated), then kill
+        // it somewhere in a capture.
+        await until(() => out.includes('gen ') || c.exitCode !== null, 'the child capturing', bound(30_000)).catch((e: Error) => {
+          throw new Error(`${e.message} (round ${i}); child stderr: ${err.slice(-500)}`);
+        });
+        assert.ok(out.includes('gen '), `the child ended before capturing (round ${i}, exit ${c.exitCode}): ${err.slice(-500)}`);
+        await sleep(Math.random() * 150);
+      } finally {
+        c.kill('SIGKILL'); // also on failure: a child left capturing would outlive the test
+        await exited;
+      }
       generations += (out.match(/gen /g) ?? []).length;
       const back = await Machine.restore(dir, { state: 'paused' });
       try {

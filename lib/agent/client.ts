@@ -42,6 +42,8 @@ export class AgentClient {
   private readonly requestHigh = BigInt(randomBytes(4).readUInt32LE()) << 32n;
   private requestCounter = 0n;
   private closedByUser = false;
+  /** What close() was told ended the session: later requests fail saying it too. */
+  private closedWhy: string | undefined;
   private reconnecting: Promise<void> | null = null;
   private lastError: TorporError | undefined;
   private helloInfo!: AgentHello;
@@ -111,7 +113,7 @@ export class AgentClient {
 
   /** Opens a request stream; the handler sees every answer frame. */
   open(type: number, fields: FieldWriter, handler: StreamHandler, opts: RequestOptions = {}): RequestStream {
-    if (this.closedByUser) throw new TorporError('CONNECTION_CLOSED', 'the agent client is closed');
+    if (this.closedByUser) throw new TorporError('CONNECTION_CLOSED', this.closedWhy ?? 'the agent client is closed');
     if (this.conn === null && this.reconnecting === null) {
       throw this.lastError ?? new TorporError('CONNECTION_CLOSED', 'the agent connection is closed');
     }
@@ -171,14 +173,18 @@ export class AgentClient {
     this.conn?.sendRaw(bytes);
   }
 
-  /** Closes the session: in-flight requests fail with CONNECTION_CLOSED; processes keep running. */
-  async close(): Promise<void> {
+  /**
+   * Closes the session: in-flight requests fail with CONNECTION_CLOSED (with `why` as their
+   * message when given: what ended the session); processes keep running.
+   */
+  async close(why?: string): Promise<void> {
     if (this.closedByUser) return;
     this.closedByUser = true;
+    this.closedWhy = why;
     const conn = this.conn;
     this.conn = null;
     conn?.close();
-    this.failAll(new TorporError('CONNECTION_CLOSED', 'the agent client was closed'));
+    this.failAll(new TorporError('CONNECTION_CLOSED', why ?? 'the agent client was closed'));
     this.emitClose(undefined);
   }
 
@@ -212,6 +218,7 @@ export class AgentClient {
   };
 
   private async connection_(): Promise<Connection> {
+    if (this.closedByUser) throw new TorporError('CONNECTION_CLOSED', this.closedWhy ?? 'the agent client is closed');
     if (this.reconnecting) await this.reconnecting;
     if (this.conn && !this.conn.isClosed) return this.conn;
     throw this.lastError ?? new TorporError('CONNECTION_CLOSED', 'the agent connection is closed');

@@ -269,9 +269,11 @@ export class Sandbox implements AsyncDisposable {
     };
     // A guest that stops by itself (panic, reset, poweroff) takes the agent with it: end the
     // session now rather than letting requests wait for reconnects that cannot succeed.
-    machine.once('exit', () => {
+    // The requests it fails say why the machine ended (a guest panic's last console line).
+    machine.once('exit', (state, reason) => {
       if (this.#run?.machine !== machine || this.#life.state !== 'running') return;
-      void client.close();
+      const last = reason.consoleTail.trimEnd().split('\n').slice(-1)[0] ?? '';
+      void client.close(`the sandbox's machine ended (${state}, ${reason.kind}: ${reason.message}); console: ${last.slice(-200)}`);
       this.#idle?.stop();
       this.#life.to('failed');
       unregisterRunning(this);

@@ -25,6 +25,7 @@
 #include "vmm/x86_64/cpuid.h"
 #include "vmm/x86_64/layout.h"
 #include "vmm/x86_64/vcpu_init.h"
+#include "vmm/x86_64/xstate.h"
 
 namespace torpor {
 
@@ -273,8 +274,10 @@ Machine::Machine(const MachineConfig& cfg, Callbacks callbacks, RestorePlan* pla
   const auto& supported = cached_supported_cpuid(*kvm_, cfg.kvm_device);
   for (uint32_t i = 0; i < cfg.vcpus; i++) {
     auto kv = std::make_unique<KvmVcpu>(*kvm_, *vm_, i);
-    kv->set_cpuid(x86::build_cpuid(supported, i, cfg.vcpus, host_kind_, msrs));
+    auto cpuid = x86::build_cpuid(supported, i, cfg.vcpus, host_kind_, msrs);
+    kv->set_cpuid(cpuid);
     x86::init_vcpu_common(*kv, msrs.index_list);
+    x86::init_xcr0(*kv, x86::offered_xcr0(cpuid));
     if (i == 0) x86::init_boot_vcpu(*kv, entry);
     vcpus_.push_back(std::make_unique<Vcpu>(std::move(kv), static_cast<VcpuHost&>(*this)));
   }

@@ -25,10 +25,7 @@ export const KVM_FILES = [
   'vmm-linux',
   'vmm-linux-snapshot',
   'vmm-restore-pool',
-  // vmm-snapshot is left out for now: in one of four nested runs L1 itself went down (QEMU
-  // ended with no kernel message and no status, the test process had just reported heap
-  // corruption) during its SIGKILL-at-random-moments test; it passes on the host in npm test,
-  // and the Linux-level snapshot path runs here in vmm-linux-snapshot. docs/nested.md.
+  'vmm-snapshot',
   'vmm-testvm',
 ];
 

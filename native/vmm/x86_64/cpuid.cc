@@ -6,6 +6,7 @@
 
 #include "common/error.h"
 #include "vmm/kvm.h"
+#include "vmm/x86_64/xstate.h"
 
 namespace torpor::x86 {
 
@@ -98,9 +99,6 @@ std::vector<kvm_cpuid_entry2> build_cpuid(const std::vector<kvm_cpuid_entry2>& s
           e.ecx = e.index;
         }
         break;
-      case 0xd:
-        if (e.index == 1 && !msrs.xss) e.eax &= ~(1u << 3);  // XSAVES needs IA32_XSS
-        break;
       case 0x40000000:
         if (kind == HostKind::Hardware) {
           e.eax = std::max(e.eax, 0x40000001u);
@@ -117,6 +115,8 @@ std::vector<kvm_cpuid_entry2> build_cpuid(const std::vector<kvm_cpuid_entry2>& s
     }
     out.push_back(e);
   }
+  // Leaf 0xD agreeing with the feature leaves; XSAVES needs IA32_XSS.
+  shape_xstate_cpuid(out, msrs.xss);
   return out;
 }
 

@@ -5,6 +5,7 @@
 // - The HYPERVISOR bit is set; the PMU leaf 0xA is cleared.
 // - Hypervisor leaves 0x40000000+: on a hardware host, the KVM signature; on a
 //   PVM host they pass through unchanged (the guest detects PVM there).
+// - Leaf 0xD is made consistent with the feature leaves (xstate.h).
 // - Features whose MSR this host cannot read are masked (QEMU `-cpu host`
 //   dies on PVM setting MSR 0x10a): see MsrSupport.
 #pragma once

@@ -79,6 +79,17 @@ void init_vcpu_common(KvmVcpu& vcpu, const std::vector<uint32_t>& msr_list) {
   vcpu.ioctl_or_throw(KVM_SET_LAPIC, &lapic, "KVM_SET_LAPIC");
 }
 
+void init_xcr0(KvmVcpu& vcpu, uint64_t xcr0) {
+  if (xcr0 <= 1) return;  // x87 only: the reset value already
+  kvm_xcrs xcrs{};
+  xcrs.nr_xcrs = 1;
+  xcrs.xcrs[0].xcr = 0;
+  xcrs.xcrs[0].value = xcr0;
+  // A refusal (no KVM_CAP_XCRS, as on some PVM hosts) leaves the reset value,
+  // which is right wherever XSETBV exits to KVM.
+  (void)kvm_ioctl(vcpu.fd(), KVM_SET_XCRS, reinterpret_cast<unsigned long>(&xcrs));
+}
+
 void init_boot_vcpu(KvmVcpu& vcpu, const BootEntry& entry) {
   kvm_sregs sregs{};
   vcpu.ioctl_or_throw(KVM_GET_SREGS, &sregs, "KVM_GET_SREGS");
