@@ -33,11 +33,19 @@ EventLoop::~EventLoop() {
   if (epfd_ >= 0) close(epfd_);
 }
 
-void EventLoop::start() {
+void EventLoop::start(std::function<void()> on_thread_start) {
   std::lock_guard<std::mutex> lock(mu_);
   if (started_ || stopping_) return;
   started_ = true;
-  thread_ = std::thread([this] { run(); });
+  thread_ = std::thread([this, hook = std::move(on_thread_start)] {
+    if (hook) {
+      try {
+        hook();
+      } catch (...) {
+      }
+    }
+    run();
+  });
 }
 
 void EventLoop::stop() {

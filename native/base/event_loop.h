@@ -27,7 +27,10 @@ class EventLoop {
   EventLoop(const EventLoop&) = delete;
   EventLoop& operator=(const EventLoop&) = delete;
 
-  void start();  // spawns the I/O thread
+  // Spawns the I/O thread; on_thread_start runs on it first, before any
+  // callback or posted closure (the machine names the thread and confines it
+  // with seccomp there).
+  void start(std::function<void()> on_thread_start = {});
   void stop();   // wakes the thread, runs no further fd callbacks, joins; idempotent.
                  // Closures posted before stop() still run (on the caller's
                  // thread when the loop never started).
