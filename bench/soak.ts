@@ -18,7 +18,9 @@ import { dirname, join } from 'node:path';
 import { parseArgs } from 'node:util';
 
 import { Machine } from '../lib/vm/machine.js';
-import { sleep, testvmImage } from '../test/vmm-guests.js';
+import { sleep, testvmCommandByEvents, testvmImage } from '../test/vmm-guests.js';
+
+const command = (m: Machine, line: string, key: string) => testvmCommandByEvents(m, line, key, 20_000);
 
 const { values: args } = parseArgs({
   options: {
@@ -72,32 +74,6 @@ function diskBytes(dir: string): number {
     }
   }
   return total;
-}
-
-/** Sends a command line and waits for its `key=` result line, from the console events (not the tail ring). */
-function command(m: Machine, line: string, key: string, timeoutMs = 20_000): Promise<string> {
-  return new Promise((resolve, reject) => {
-    let seen = '';
-    const re = new RegExp(`(?:^|\\n)(${key}=[^\\n]*)\\n`);
-    const onConsole = (data: Buffer) => {
-      seen = (seen + data.toString('latin1')).slice(-8192);
-      const found = re.exec(seen);
-      if (found) {
-        cleanup();
-        resolve(found[1]!);
-      }
-    };
-    const timer = setTimeout(() => {
-      cleanup();
-      reject(new Error(`no ${key}= after '${line}'`));
-    }, timeoutMs);
-    const cleanup = () => {
-      clearTimeout(timer);
-      m.off('console', onConsole);
-    };
-    m.on('console', onConsole);
-    m.consoleWrite(`${line}\n`);
-  });
 }
 
 function readExactly(s: net.Socket, n: number, timeoutMs = 10_000): Promise<Buffer> {
