@@ -18,7 +18,6 @@
 #include <mutex>
 
 #include "common/error.h"
-#include "vmm/kick_signal.h"
 
 namespace torpor {
 
