@@ -28,7 +28,7 @@ async function roundTripUs(kernel: string, kind: 'pio' | 'mmio', seconds: number
   return us / Math.max(1, exits);
 }
 
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? NaN;
 
 async function main() {
   const rounds = Number(process.argv[2] ?? 5);
