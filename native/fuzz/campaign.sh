@@ -16,7 +16,7 @@ seconds=${1:-600}
 shift || true
 all=(vsock virtqueue snapshot_loader agent_frame overlay_map kernel_loader)
 targets=("${@:-${all[@]}}")
-bin=$here/../test/out/fuzz
+bin=$(cd "$here/.." && pwd)/test/out/fuzz  # as the Makefile names it (make matches targets textually)
 work=${FUZZ_WORK:-$bin/work}
 make -s -C "$here" -j2 $(printf "$bin/%s_libfuzzer " "${targets[@]}")
 mkdir -p "$work/artifacts"
