@@ -215,18 +215,40 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 }
 
 #ifdef TORPOR_FUZZ_STANDALONE
-// Random inputs: the structure is in the parser above, so plain random bytes
-// of random lengths reach chains of every shape.
+// Random inputs in the format above: mostly well-behaved segments (the odd
+// kinds now and then), block request headers at the segments' offsets.
 int main(int argc, char** argv) {
   long iterations = argc > 1 ? std::atol(argv[1]) : 20000;
   std::mt19937_64 rng(argc > 2 ? std::atoll(argv[2]) : 1);
   std::vector<uint8_t> input;
   for (long it = 0; it < iterations; it++) {
-    input.resize(3 + rng() % 700);
-    for (auto& b : input) b = static_cast<uint8_t>(rng());
-    // Mostly well-behaved segments: the odd kinds now and then.
-    for (size_t i = 6; i < input.size() && i < 300; i += 4)
-      if (rng() % 4) input[i] &= 1;
+    input.clear();
+    input.push_back(static_cast<uint8_t>(rng() % 9));
+    input.push_back(static_cast<uint8_t>(rng() % 32 & ~8));
+    int chains = 1 + static_cast<int>(rng() % 16);
+    input.push_back(static_cast<uint8_t>(chains - 1));
+    for (int c = 0; c < chains; c++) {
+      int segs = 1 + static_cast<int>(rng() % 4);
+      input.push_back(static_cast<uint8_t>(segs - 1));
+      for (int i = 0; i < segs; i++) {
+        uint16_t off = static_cast<uint16_t>((rng() % 64) * 256);
+        input.push_back(static_cast<uint8_t>(off));
+        input.push_back(static_cast<uint8_t>(off >> 8));
+        input.push_back(static_cast<uint8_t>(i == 0 ? 1 : 1 + rng() % 64));
+        uint8_t kind = i == 0 ? 0 : 1;  // header readable, the rest written by the device
+        if (rng() % 12 == 0) kind = static_cast<uint8_t>(rng());
+        input.push_back(kind);
+      }
+    }
+    // The data area: a block request header (type, reserved, sector) every 256 bytes.
+    for (int h = 0; h < 64; h++) {
+      uint32_t type = static_cast<uint32_t>(rng() % 3 ? rng() % 2 : rng() % 16);
+      uint64_t sector = rng() % 4 ? rng() % 128 : rng();
+      uint8_t hdr[256] = {};
+      std::memcpy(hdr, &type, 4);
+      std::memcpy(hdr + 8, &sector, 8);
+      input.insert(input.end(), hdr, hdr + sizeof hdr);
+    }
     LLVMFuzzerTestOneInput(input.data(), input.size());
   }
   std::printf("virtqueue_fuzz: %ld random inputs, %ld chains served, %ld queues broken, %ld blk devices still healthy, no crash\n",
