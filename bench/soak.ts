@@ -50,6 +50,9 @@ interface Sample {
   fdsBeyondChains: number;
   threads: number;
   rssMiB: number;
+  /** V8's heap in use and the memory of Buffers outside it: how much of RSS is JavaScript's. */
+  heapMiB: number;
+  externalMiB: number;
   diskMiB: number;
   echoes: number;
   blkOps: number;
@@ -197,6 +200,8 @@ async function main() {
       fdsBeyondChains: fdCount() - DISK_CHAIN_FDS * counters.captures,
       threads: status('Threads'),
       rssMiB: Math.round(status('VmRSS') / 1024),
+      heapMiB: Math.round(process.memoryUsage().heapUsed / (1 << 20)),
+      externalMiB: Math.round(process.memoryUsage().external / (1 << 20)),
       diskMiB: Math.round((diskBytes(root) / (1 << 20)) * 10) / 10,
       ...counters,
     });
@@ -211,10 +216,10 @@ async function main() {
   sample();
 
   console.log(`soak: ${MACHINES} machines (test guest, ${MEMORY_MIB} MiB, vsock + virtio-blk), ${SECONDS} s, capture/restore every ${CAPTURE_EVERY_S} s per machine`);
-  console.log('    t(s)   fds  fds-chains  threads  RSS(MiB)  disk(MiB)  echoes  blk ops  captures  errors');
+  console.log('    t(s)   fds  fds-chains  threads  RSS(MiB)  heap  external  disk(MiB)  echoes  blk ops  captures  errors');
   for (const s of samples)
     console.log(
-      `${String(s.t).padStart(8)} ${String(s.fds).padStart(5)} ${String(s.fdsBeyondChains).padStart(11)} ${String(s.threads).padStart(8)} ${String(s.rssMiB).padStart(9)} ${String(s.diskMiB).padStart(10)} ${String(s.echoes).padStart(7)} ${String(s.blkOps).padStart(8)} ${String(s.captures).padStart(9)} ${String(s.errors).padStart(7)}`,
+      `${String(s.t).padStart(8)} ${String(s.fds).padStart(5)} ${String(s.fdsBeyondChains).padStart(11)} ${String(s.threads).padStart(8)} ${String(s.rssMiB).padStart(9)} ${String(s.heapMiB).padStart(5)} ${String(s.externalMiB).padStart(9)} ${String(s.diskMiB).padStart(10)} ${String(s.echoes).padStart(7)} ${String(s.blkOps).padStart(8)} ${String(s.captures).padStart(9)} ${String(s.errors).padStart(7)}`,
     );
 
   // Flatness: the running samples after warm-up (the first capture round) against the last third.
