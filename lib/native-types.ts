@@ -60,7 +60,8 @@ export type NativeMachineState = 'created' | 'running' | 'pausing' | 'paused' | 
 export interface NativeExitReason {
   /** 'reset' (the guest reset the machine through the i8042), 'poweroff' and 'panic' (KVM system
    *  events), 'stop' (the host stopped it), 'triple-fault', 'internal-error' (KVM or the VMM failed),
-   *  'emulation-failure'. 'hlt' only where KVM hands HLT to us, i.e. never with our in-kernel irqchip: a
+   *  'emulation-failure', 'seccomp-violation' (a vCPU or I/O thread made a system call outside its
+   *  seccomp allow-list, docs/seccomp.md: that machine fails, the process goes on). 'hlt' only where KVM hands HLT to us, i.e. never with our in-kernel irqchip: a
    *  guest halted for good with interrupts off stays halted inside KVM until stop(). */
   kind: string;
   message: string;

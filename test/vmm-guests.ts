@@ -226,6 +226,40 @@ export async function bootTestvm(opts: Partial<MachineOptions> = {}): Promise<Ma
   return m;
 }
 
+/**
+ * testvmCommand for long runs: reads the result line from the console events that follow the
+ * command, not from the console tail (a ring that stops growing once full, after 64 KiB of output).
+ */
+export function testvmCommandByEvents(m: Machine, line: string, key: string, timeoutMs = 10_000): Promise<string> {
+  return new Promise((resolve, reject) => {
+    let seen = '';
+    const re = new RegExp(`(?:^|\\n)(${key}=[^\\n]*)\\n`);
+    const onConsole = (data: Buffer) => {
+      seen = (seen + data.toString('latin1')).slice(-8192);
+      const found = re.exec(seen);
+      if (found) {
+        cleanup();
+        resolve(found[1]!);
+      }
+    };
+    const timer = setTimeout(() => {
+      cleanup();
+      reject(new Error(`no ${key}= line within ${timeoutMs} ms after '${line}'`));
+    }, timeoutMs);
+    const cleanup = () => {
+      clearTimeout(timer);
+      m.off('console', onConsole);
+    };
+    m.on('console', onConsole);
+    try {
+      m.consoleWrite(`${line}\n`);
+    } catch (err) {
+      cleanup();
+      reject(err);
+    }
+  });
+}
+
 /** Sends a command line to the test guest's serial port and returns its result line (`key=...`). */
 export async function testvmCommand(m: Machine, line: string, key: string, timeoutMs = 10_000): Promise<string> {
   const before = m.consoleTail().toString().length;

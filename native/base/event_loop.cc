@@ -33,11 +33,19 @@ EventLoop::~EventLoop() {
   if (epfd_ >= 0) close(epfd_);
 }
 
-void EventLoop::start() {
+void EventLoop::start(std::function<void()> on_thread_start) {
   std::lock_guard<std::mutex> lock(mu_);
   if (started_ || stopping_) return;
   started_ = true;
-  thread_ = std::thread([this] { run(); });
+  thread_ = std::thread([this, hook = std::move(on_thread_start)] {
+    if (hook) {
+      try {
+        hook();
+      } catch (...) {
+      }
+    }
+    run();
+  });
 }
 
 void EventLoop::stop() {
@@ -161,48 +169,55 @@ void EventLoop::drain_posted() {
   }
 }
 
-void EventLoop::run() {
+void EventLoop::run_pending() {
+  dispatch_ready(0);
+  drain_posted();
+}
+
+bool EventLoop::dispatch_ready(int timeout_ms) {
   epoll_event events[64];
-  for (;;) {
-    int n = epoll_wait(epfd_, events, 64, -1);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      break;
+  int n = epoll_wait(epfd_, events, 64, timeout_ms);
+  if (n < 0) return errno == EINTR;
+  for (int i = 0; i < n; i++) {
+    int fd = events[i].data.fd;
+    if (fd == wake_fd_) {
+      uint64_t v;
+      ssize_t ignored = read(wake_fd_, &v, sizeof v);
+      (void)ignored;
+      continue;
     }
-    for (int i = 0; i < n; i++) {
-      int fd = events[i].data.fd;
-      if (fd == wake_fd_) {
-        uint64_t v;
-        ssize_t ignored = read(wake_fd_, &v, sizeof v);
-        (void)ignored;
+    std::shared_ptr<Callback> cb;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_) return false;
+      auto it = callbacks_.find(fd);
+      if (it == callbacks_.end()) continue;
+      cb = it->second;
+    }
+    std::lock_guard<std::mutex> running(dispatch_mu_);
+    dispatch_thread_ = std::this_thread::get_id();
+    {
+      // Re-check: remove() may have run between lookup and lock.
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!callbacks_.count(fd)) {
+        dispatch_thread_ = std::thread::id{};
         continue;
       }
-      std::shared_ptr<Callback> cb;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (stopping_) break;
-        auto it = callbacks_.find(fd);
-        if (it == callbacks_.end()) continue;
-        cb = it->second;
-      }
-      std::lock_guard<std::mutex> running(dispatch_mu_);
-      dispatch_thread_ = std::this_thread::get_id();
-      {
-        // Re-check: remove() may have run between lookup and lock.
-        std::lock_guard<std::mutex> lock(mu_);
-        if (!callbacks_.count(fd)) {
-          dispatch_thread_ = std::thread::id{};
-          continue;
-        }
-      }
-      // Nothing may escape this thread (std::terminate); devices fail
-      // themselves on their own errors, this is the last line.
-      try {
-        (*cb)(events[i].events);
-      } catch (...) {
-      }
-      dispatch_thread_ = std::thread::id{};
     }
+    // Nothing may escape this thread (std::terminate); devices fail
+    // themselves on their own errors, this is the last line.
+    try {
+      (*cb)(events[i].events);
+    } catch (...) {
+    }
+    dispatch_thread_ = std::thread::id{};
+  }
+  return true;
+}
+
+void EventLoop::run() {
+  for (;;) {
+    if (!dispatch_ready(-1)) break;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (stopping_) break;

@@ -27,7 +27,10 @@ class EventLoop {
   EventLoop(const EventLoop&) = delete;
   EventLoop& operator=(const EventLoop&) = delete;
 
-  void start();  // spawns the I/O thread
+  // Spawns the I/O thread; on_thread_start runs on it first, before any
+  // callback or posted closure (the machine names the thread and confines it
+  // with seccomp there).
+  void start(std::function<void()> on_thread_start = {});
   void stop();   // wakes the thread, runs no further fd callbacks, joins; idempotent.
                  // Closures posted before stop() still run (on the caller's
                  // thread when the loop never started).
@@ -45,12 +48,19 @@ class EventLoop {
   // Runs fn inline when already on the I/O thread or when the loop is not started.
   void run_sync(const std::function<void()>& fn);
 
+  // Runs on the calling thread what is ready now (fd callbacks of one
+  // epoll_wait that does not wait, then posted closures), for a loop that was
+  // never started: fuzz targets drive a device without any thread this way.
+  void run_pending();
+
   bool on_loop_thread() const { return std::this_thread::get_id() == thread_.get_id(); }
   // Closures posted and not yet run (diagnostics and tests).
   size_t posted_count();
 
  private:
   void run();
+  // One epoll_wait (timeout_ms) and its callbacks; false when the loop must end.
+  bool dispatch_ready(int timeout_ms);
   void drain_posted();
 
   int epfd_ = -1;

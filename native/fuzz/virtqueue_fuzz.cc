@@ -1,16 +1,27 @@
-// Fuzz target: the virtqueue and the virtio-blk request parser over guest
-// memory the fuzzer controls entirely (rings, descriptors, indirect tables,
-// request headers). The device must never read or write outside RAM, never
-// loop forever, never crash; a malformed queue must end as "broken".
+// Fuzz target: the virtqueue and the virtio-blk request parser, with the
+// descriptor chains built from the input (structure-aware: raw bytes as a RAM
+// image almost never form a chain, so coverage never moved). The device must
+// never read or write outside RAM, never loop forever, never crash; a
+// malformed queue must end as "broken".
 //
-// libFuzzer (clang):
-//   clang++ -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -Inative
-//     native/fuzz/virtqueue_fuzz.cc native/devices/virtio/queue/queue.cc
-//     native/devices/virtio/blk/blk_device.cc native/devices/virtio/mmio/transport.cc
-//     native/base/guest_memory.cc native/base/event_loop.cc native/common/error.cc -o virtqueue_fuzz
-// Without clang (g++ only), a random-input driver is built in:
-//   g++ -std=c++20 -O1 -fsanitize=address,undefined -DTORPOR_FUZZ_STANDALONE -Inative <same sources> -pthread
-//   ./virtqueue_fuzz [iterations]
+// Input:
+//   [0] queue size exponent (size = 1 << (b % 9))
+//   [1] flags: 1 EVENT_IDX, 2 INDIRECT_DESC offered, 4 read-only disk,
+//       8 avail idx taken raw from the next two bytes, 16 notify twice
+//   [2] chains (1 + b % 16), then per chain:
+//       [segments (1 + b % 8)], per segment 4 bytes:
+//         offset u16 (into the 20 KiB data area), length u8 (x 16),
+//         kind: 1 device writes, 2 address outside RAM, 4 huge length,
+//               8 the rest of the chain goes into an indirect table here,
+//               16 a NEXT that points anywhere (loops, out of range),
+//               32 INDIRECT flag on a plain descriptor, 64 length = offset
+//   the rest: bytes of the data area (block request headers, indirect
+//   tables, payloads), repeated to fill it.
+// Cheap per input: one static RAM buffer, a device over a loop that never
+// starts (no thread, no fd per input), a memory disk.
+//
+//   make -C native/fuzz libfuzzer; native/fuzz/campaign.sh   (clang)
+//   make -C native/fuzz run                                   (g++: random inputs)
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -28,23 +39,114 @@ using namespace torpor;
 
 namespace {
 
-constexpr uint64_t kRamSize = 64 * 1024;
-constexpr uint64_t kRings = 0x1000;  // where the rings sit in the fuzzed RAM
+constexpr uint64_t kRamSize = 32 * 1024;
+constexpr uint64_t kRings = 0x1000;  // up to 0x2a10 for 256 entries
+constexpr uint64_t kData = 0x3000;  // data area: kData .. kRamSize
+constexpr uint64_t kDataSize = kRamSize - kData;
 long g_chains = 0, g_broken = 0, g_blk_served = 0;  // reported by the standalone driver
 
-void fuzz_queue(const uint8_t* data, size_t size) {
-  if (size < 2) return;
-  uint16_t qsize = static_cast<uint16_t>(1u << (data[0] % 9));  // 1..256
-  bool event_idx = data[1] & 1, indirect = data[1] & 2;
-  std::vector<uint8_t> ram(kRamSize);
-  std::memcpy(ram.data(), data + 2, std::min<size_t>(size - 2, ram.size()));
-  GuestMemory mem({{0, ram.size(), ram.data()}});
+uint8_t g_ram[kRamSize];
+
+struct Layout {
+  uint16_t qsize;
+  uint64_t desc, avail, used;
+};
+
+Layout layout_for(uint16_t qsize) {
+  Layout l{qsize, kRings, kRings + 16u * qsize, 0};
+  l.used = (l.avail + 6 + 2u * qsize + 3) & ~uint64_t{3};
+  return l;
+}
+
+void put_desc(uint64_t at, uint64_t addr, uint32_t len, uint16_t flags, uint16_t next) {
+  if (at + 16 > kRamSize) return;
+  std::memcpy(g_ram + at, &addr, 8);
+  std::memcpy(g_ram + at + 8, &len, 4);
+  std::memcpy(g_ram + at + 12, &flags, 2);
+  std::memcpy(g_ram + at + 14, &next, 2);
+}
+
+// Lays out RAM from the input; returns the queue layout (flags in *flags).
+Layout build_ram(const uint8_t* data, size_t size, uint8_t* flags) {
+  std::memset(g_ram, 0, kData);
+  size_t pos = 0;
+  auto byte = [&]() -> uint8_t { return pos < size ? data[pos++] : 0; };
+  uint16_t qsize = static_cast<uint16_t>(1u << (byte() % 9));
+  *flags = byte();
+  Layout l = layout_for(qsize);
+  int chains = 1 + byte() % 16;
+  uint16_t next_desc = 0, published = 0;
+  uint64_t table_at = kData + kDataSize - 2048;  // indirect tables: the area's last 2 KiB
+  struct Seg {
+    uint16_t off;
+    uint8_t len, kind;
+  };
+  std::vector<Seg> segs;
+  for (int c = 0; c < chains; c++) {
+    int n = 1 + byte() % 8;
+    segs.clear();
+    for (int i = 0; i < n; i++) {
+      Seg s;
+      s.off = static_cast<uint16_t>(byte() | (byte() << 8));
+      s.len = byte();
+      s.kind = byte();
+      segs.push_back(s);
+    }
+    uint16_t head = static_cast<uint16_t>(next_desc % qsize);
+    for (int i = 0; i < n; i++) {
+      const Seg& s = segs[i];
+      uint64_t addr = (s.kind & 2) ? (uint64_t{s.off} << 20) + kRamSize : kData + s.off % kDataSize;
+      uint32_t len = (s.kind & 4) ? 0xffffff00u | s.len : (s.kind & 64) ? s.off : 16u * s.len;
+      uint16_t dflags = (s.kind & 1) ? virtio::kDescFWrite : 0;
+      if (s.kind & 32) dflags |= virtio::kDescFIndirect;
+      if ((s.kind & 8) && i + 1 < n) {
+        // This descriptor points at an indirect table holding segments i+1..n-1.
+        int rest = n - i - 1;
+        for (int j = 0; j < rest; j++) {
+          const Seg& t = segs[i + 1 + j];
+          uint64_t taddr = (t.kind & 2) ? (uint64_t{t.off} << 20) + kRamSize : kData + t.off % kDataSize;
+          uint16_t tflags = static_cast<uint16_t>(((t.kind & 1) ? virtio::kDescFWrite : 0) |
+                                                  (j + 1 < rest ? virtio::kDescFNext : 0));
+          uint16_t tnext = (t.kind & 16) ? t.len : static_cast<uint16_t>(j + 1);
+          put_desc(table_at + 16u * j, taddr, 16u * t.len + 1, tflags, tnext);
+        }
+        uint16_t idx = static_cast<uint16_t>(next_desc++ % qsize);
+        put_desc(l.desc + 16u * idx, table_at, static_cast<uint32_t>(16 * rest), virtio::kDescFIndirect, 0);
+        table_at = kData + kDataSize - 2048 + (table_at + 16u * rest - (kData + kDataSize - 2048)) % 1024;
+        break;
+      }
+      uint16_t idx = static_cast<uint16_t>(next_desc++ % qsize);
+      if (i + 1 < n) dflags |= virtio::kDescFNext;
+      uint16_t next = (s.kind & 16) ? static_cast<uint16_t>(s.len) : static_cast<uint16_t>(next_desc % qsize);
+      put_desc(l.desc + 16u * idx, addr, len, dflags, next);
+    }
+    // Publish the head in the available ring.
+    uint16_t slot = static_cast<uint16_t>(published % qsize);
+    std::memcpy(g_ram + l.avail + 4 + 2u * slot, &head, 2);
+    published++;
+  }
+  uint16_t avail_idx = published;
+  if (*flags & 8) avail_idx = static_cast<uint16_t>(byte() | (byte() << 8));
+  std::memcpy(g_ram + l.avail + 2, &avail_idx, 2);
+  // The rest fills the data area but the indirect tables.
+  size_t rest = size - pos;
+  uint64_t fill = kDataSize - 2048;
+  if (rest == 0) {
+    std::memset(g_ram + kData, 0, fill);
+  } else {
+    for (uint64_t o = 0; o < fill; o += rest) std::memcpy(g_ram + kData + o, data + pos, std::min<uint64_t>(rest, fill - o));
+  }
+  return l;
+}
+
+void fuzz_queue(const Layout& l, uint8_t flags) {
+  GuestMemory mem({{0, kRamSize, g_ram}});
   Virtqueue q(256);
-  q.set_size(qsize);
-  q.set_desc_table(kRings);
-  q.set_avail_ring(kRings + 16u * qsize);
-  q.set_used_ring((kRings + 16u * qsize + 6 + 2u * qsize + 3) & ~uint64_t{3});
-  q.set_features(event_idx, indirect);
+  q.set_size(l.qsize);
+  q.set_desc_table(l.desc);
+  q.set_avail_ring(l.avail);
+  q.set_used_ring(l.used);
+  q.set_features(flags & 1, flags & 2);
   q.set_ready(true);
   if (q.validate(mem)) return;
   DescriptorChain chain;
@@ -65,78 +167,87 @@ void fuzz_queue(const uint8_t* data, size_t size) {
   }
 }
 
-// Same input layout as fuzz_queue: [queue size exponent][flags][RAM...].
-void fuzz_blk(const uint8_t* data, size_t size) {
-  if (size < 2) return;
-  std::vector<uint8_t> ram(kRamSize);
-  std::memcpy(ram.data(), data + 2, std::min<size_t>(size - 2, ram.size()));
-  GuestMemory mem({{0, ram.size(), ram.data()}});
+EventLoop& idle_loop() {
+  static EventLoop* loop = new EventLoop();  // never started: run_pending() drives it
+  return *loop;
+}
+
+void fuzz_blk(const Layout& l, uint8_t flags) {
+  GuestMemory mem({{0, kRamSize, g_ram}});
   testing::CountingIrq irq;
-  EventLoop loop;
-  VirtioMmioTransport dev(mem, irq, loop,
-                          std::make_unique<VirtioBlkDevice>(mem, std::make_unique<MemoryDisk>(64 * 1024), "fuzz", data[1] & 4));
-  // Bring the device up by hand over the fuzzed rings (the mock would overwrite them).
-  using namespace virtio_mmio;
-  using testing::reg_write;
-  reg_write(dev, kStatus, virtio::kStatusAcknowledge | virtio::kStatusDriver);
-  uint64_t features = testing::read_device_features(dev);
-  if (!(data[1] & 1)) features &= ~virtio::kFRingEventIdx;
-  if (!(data[1] & 2)) features &= ~virtio::kFRingIndirectDesc;
-  testing::write_driver_features(dev, features);
-  reg_write(dev, kStatus, virtio::kStatusAcknowledge | virtio::kStatusDriver | virtio::kStatusFeaturesOk);
-  uint16_t qsize = static_cast<uint16_t>(1u << (data[0] % 9));
-  reg_write(dev, kQueueNum, qsize);
-  reg_write(dev, kQueueDescLow, kRings);
-  reg_write(dev, kQueueDriverLow, static_cast<uint32_t>(kRings + 16u * qsize));
-  reg_write(dev, kQueueDeviceLow, static_cast<uint32_t>((kRings + 16u * qsize + 6 + 2u * qsize + 3) & ~3u));
-  reg_write(dev, kQueueReady, 1);
-  reg_write(dev, kStatus, virtio::kStatusAcknowledge | virtio::kStatusDriver | virtio::kStatusFeaturesOk |
-                              virtio::kStatusDriverOk);
-  dev.notify(0);
-  dev.notify(0);
-  if (dev.active()) g_blk_served++;
+  EventLoop& loop = idle_loop();
+  {
+    VirtioMmioTransport dev(mem, irq, loop,
+                            std::make_unique<VirtioBlkDevice>(mem, std::make_unique<MemoryDisk>(64 * 1024), "fuzz", flags & 4));
+    using namespace virtio_mmio;
+    using testing::reg_write;
+    reg_write(dev, kStatus, virtio::kStatusAcknowledge | virtio::kStatusDriver);
+    uint64_t features = testing::read_device_features(dev);
+    if (!(flags & 1)) features &= ~virtio::kFRingEventIdx;
+    if (!(flags & 2)) features &= ~virtio::kFRingIndirectDesc;
+    testing::write_driver_features(dev, features);
+    reg_write(dev, kStatus, virtio::kStatusAcknowledge | virtio::kStatusDriver | virtio::kStatusFeaturesOk);
+    reg_write(dev, kQueueNum, l.qsize);
+    reg_write(dev, kQueueDescLow, static_cast<uint32_t>(l.desc));
+    reg_write(dev, kQueueDriverLow, static_cast<uint32_t>(l.avail));
+    reg_write(dev, kQueueDeviceLow, static_cast<uint32_t>(l.used));
+    reg_write(dev, kQueueReady, 1);
+    reg_write(dev, kStatus, virtio::kStatusAcknowledge | virtio::kStatusDriver | virtio::kStatusFeaturesOk |
+                                virtio::kStatusDriverOk);
+    dev.notify(0);
+    if (flags & 16) dev.notify(0);
+    if (dev.active()) g_blk_served++;
+    loop.run_pending();
+  }
+  loop.run_pending();  // what the teardown posted
 }
 
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  fuzz_queue(data, size);
-  fuzz_blk(data, size);
+  if (size < 3) return 0;
+  uint8_t flags;
+  Layout l = build_ram(data, size, &flags);
+  fuzz_queue(l, flags);
+  l = build_ram(data, size, &flags);  // the queue pass wrote the used ring and buffers
+  fuzz_blk(l, flags);
   return 0;
 }
 
 #ifdef TORPOR_FUZZ_STANDALONE
-// Random inputs shaped to hit the interesting paths: mostly-small descriptor
-// indices and lengths, addresses inside the 64 KiB RAM, NEXT/WRITE/INDIRECT flags.
+// Random inputs in the format above: mostly well-behaved segments (the odd
+// kinds now and then), block request headers at the segments' offsets.
 int main(int argc, char** argv) {
   long iterations = argc > 1 ? std::atol(argv[1]) : 20000;
   std::mt19937_64 rng(argc > 2 ? std::atoll(argv[2]) : 1);
-  std::vector<uint8_t> input(2 + kRamSize);
+  std::vector<uint8_t> input;
   for (long it = 0; it < iterations; it++) {
-    for (auto& b : input) b = static_cast<uint8_t>(rng());
-    uint8_t* ram = input.data() + 2;
-    uint16_t qsize = static_cast<uint16_t>(1u << (input[0] % 9));
-    // Mostly well-formed chains (readable then writable, next = i + 1, in-RAM
-    // buffers), each field broken now and then.
-    auto bad = [&] { return rng() % 40 == 0; };
-    for (uint32_t i = 0; i < qsize; i++) {
-      uint64_t addr = bad() ? rng() : 0x8000 + rng() % 0x7000;
-      uint32_t len = bad() ? static_cast<uint32_t>(rng()) : static_cast<uint32_t>(1 + rng() % 2048);
-      uint16_t flags = static_cast<uint16_t>((rng() % 3 ? 1 : 0) | (i % 4 >= 2 ? 2 : 0) | (bad() ? 4 : 0));
-      uint16_t next = static_cast<uint16_t>(bad() ? rng() % 300 : (i + 1) % qsize);
-      uint8_t* d = ram + kRings + 16 * i;
-      std::memcpy(d, &addr, 8);
-      std::memcpy(d + 8, &len, 4);
-      std::memcpy(d + 12, &flags, 2);
-      std::memcpy(d + 14, &next, 2);
+    input.clear();
+    input.push_back(static_cast<uint8_t>(rng() % 9));
+    input.push_back(static_cast<uint8_t>(rng() % 32 & ~8));
+    int chains = 1 + static_cast<int>(rng() % 16);
+    input.push_back(static_cast<uint8_t>(chains - 1));
+    for (int c = 0; c < chains; c++) {
+      int segs = 1 + static_cast<int>(rng() % 4);
+      input.push_back(static_cast<uint8_t>(segs - 1));
+      for (int i = 0; i < segs; i++) {
+        uint16_t off = static_cast<uint16_t>((rng() % 64) * 256);
+        input.push_back(static_cast<uint8_t>(off));
+        input.push_back(static_cast<uint8_t>(off >> 8));
+        input.push_back(static_cast<uint8_t>(i == 0 ? 1 : 1 + rng() % 64));
+        uint8_t kind = i == 0 ? 0 : 1;  // header readable, the rest written by the device
+        if (rng() % 12 == 0) kind = static_cast<uint8_t>(rng());
+        input.push_back(kind);
+      }
     }
-    uint8_t* avail = ram + kRings + 16 * qsize;
-    uint16_t zero = 0, idx = static_cast<uint16_t>(bad() ? rng() : 1 + rng() % qsize);
-    std::memcpy(avail, &zero, 2);
-    std::memcpy(avail + 2, &idx, 2);
-    for (uint32_t i = 0; i < qsize; i++) {
-      uint16_t head = static_cast<uint16_t>(bad() ? rng() : rng() % qsize);
-      std::memcpy(avail + 4 + 2 * i, &head, 2);
+    // The data area: a block request header (type, reserved, sector) every 256 bytes.
+    for (int h = 0; h < 64; h++) {
+      uint32_t type = static_cast<uint32_t>(rng() % 3 ? rng() % 2 : rng() % 16);
+      uint64_t sector = rng() % 4 ? rng() % 128 : rng();
+      uint8_t hdr[256] = {};
+      std::memcpy(hdr, &type, 4);
+      std::memcpy(hdr + 8, &sector, 8);
+      input.insert(input.end(), hdr, hdr + sizeof hdr);
     }
     LLVMFuzzerTestOneInput(input.data(), input.size());
   }

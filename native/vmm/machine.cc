@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <map>
@@ -20,6 +21,7 @@
 #include "snapshot/disk_layers.h"
 #include "vmm/machine_snapshot.h"
 #include "vmm/reaper.h"
+#include "vmm/thread_seccomp.h"
 #include "vmm/vm_pool.h"
 #include "vmm/x86_64/boot.h"
 #include "vmm/x86_64/cpuid.h"
@@ -32,6 +34,8 @@ namespace torpor {
 namespace {
 
 constexpr size_t kExitTailBytes = 4096;
+// The seccomp test hook's port (TORPOR_SECCOMP_TEST_HOOK only; nothing else lives there).
+constexpr uint16_t kSeccompTestPort = 0x5ec;
 constexpr uint64_t kMinMemoryMiB = 2;
 constexpr uint64_t kMaxMemoryMiB = 1024 * 1024;
 
@@ -177,6 +181,9 @@ Machine::Machine(const MachineConfig& cfg, Callbacks callbacks, RestorePlan* pla
     pit.emplace([this] { vm_->create_pit2(); });
   }
   loop_ = std::make_unique<EventLoop>();
+  seccomp_ = seccomp_wanted();
+  seccomp_test_hook_ = std::getenv("TORPOR_SECCOMP_TEST_HOOK") != nullptr;
+  if (seccomp_) watch_io_thread_violations();
   console_ = std::make_unique<Console>(cfg.console_ring_bytes, cfg.console_log, callbacks_.console_pending);
 
   serial_irq_ = std::make_unique<KvmIrqLine>(*vm_, x86::kSerialIrq, false);
@@ -318,13 +325,12 @@ void Machine::start(Done done, bool paused) {
   // reset) waits for resume() and the paused state is the captured one.
   if (paused) set_devices_quiesced(true);
   try {
-    loop_->start();
-    loop_->post([] { pthread_setname_np(pthread_self(), "torpor-io"); });
+    loop_->start([this] { io_thread_started(); });
     // A restored guest's vsock connections are gone (host sockets are not
     // saved): the transport-reset event tells its driver to drop them too.
     if (restored_ && vsock_host_) vsock_host_->transport_reset();
     for (auto& v : vcpus_) {
-      v->start(paused ? Vcpu::Command::Pause : Vcpu::Command::Run);
+      v->start(paused ? Vcpu::Command::Pause : Vcpu::Command::Run, seccomp_);
       if (paused) v->send(Vcpu::Command::Pause);  // numbered like any pause: acknowledged once parked
     }
   } catch (const std::exception& e) {
@@ -420,6 +426,7 @@ ExitReason Machine::release(bool defer_kvm) {
   serial_.reset();
   serial_irq_.reset();
   loop_.reset();  // epoll and wake fds
+  seccomp_notify_.reset();
   console_->close_log();
   // The kernel destroys the VM when its last fd closes, which takes a while:
   // done on the reaper thread (vmm/reaper.h). vCPUs before RAM before the VM.
@@ -540,11 +547,46 @@ void Machine::note_first_exit() {
 
 void Machine::vcpu_pio(uint16_t port, uint8_t* data, size_t len, bool is_write) {
   if (first_exit_ns_.load(std::memory_order_relaxed) == 0) note_first_exit();
+  if (port == kSeccompTestPort && seccomp_test_hook_ && is_write) return seccomp_test_port(data[0]);
   if (is_write) {
     pio_bus_.write(port, data, len);
   } else if (!pio_bus_.read(port, data, len)) {
     std::memset(data, 0xff, len);  // nothing there: the bus floats high
   }
+}
+
+void Machine::watch_io_thread_violations() {
+  seccomp_notify_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!seccomp_notify_.valid()) throw_sys_error(code::kInternal, "eventfd (seccomp notification)");
+  int fd = seccomp_notify_.get();
+  // Runs on the I/O thread, the one whose handler wrote the fd: its own
+  // record of the refused call is the one read here.
+  loop_->add(fd, EPOLLIN, [this, fd](uint32_t) {
+    uint64_t count;
+    if (::read(fd, &count, sizeof(count)) != sizeof(count)) return;
+    int nr = seccomp_violation();
+    std::lock_guard<std::mutex> lock(mu_);
+    end_locked(true, "seccomp-violation",
+               "the I/O thread made " + seccomp_describe(nr) + ", outside its seccomp allow-list (docs/seccomp.md)");
+  });
+}
+
+void Machine::io_thread_started() {
+  pthread_setname_np(pthread_self(), "torpor-io");
+  if (!seccomp_) return;
+  try {
+    seccomp_enter(ThreadRole::Io, seccomp_notify_.get());
+  } catch (const std::exception& e) {
+    std::lock_guard<std::mutex> lock(mu_);
+    end_locked(true, "internal-error",
+               std::string("the I/O thread could not install its seccomp filter: ") + e.what() +
+                   " (TORPOR_SECCOMP=off runs without)");
+  }
+}
+
+void Machine::seccomp_test_port(uint8_t value) {
+  if (value == 1) seccomp_make_forbidden_call();
+  if (value == 2) loop_->post([] { seccomp_make_forbidden_call(); });
 }
 
 void Machine::vcpu_mmio(uint64_t addr, uint8_t* data, size_t len, bool is_write) {

@@ -274,6 +274,17 @@ class Machine final : private VcpuHost {
   std::atomic<uint64_t> first_exit_ns_{0};
   std::vector<std::pair<std::string, double>> build_phases_;  // set by the constructor
   void note_first_exit();
+  // seccomp (vmm/thread_seccomp.h): whether this machine's threads install
+  // their filters, the eventfd the I/O thread's SIGSYS handler writes, and
+  // the test hook (TORPOR_SECCOMP_TEST_HOOK: a write to kSeccompTestPort
+  // makes a vCPU thread, value 1, or the I/O thread, value 2, call
+  // something forbidden).
+  bool seccomp_ = false;
+  bool seccomp_test_hook_ = false;
+  Fd seccomp_notify_;
+  void watch_io_thread_violations();
+  void io_thread_started();
+  void seccomp_test_port(uint8_t value);
   // On the I/O thread, once the vCPUs of pause number `seq` are all parked.
   void quiesce_devices(uint64_t seq);
   void set_devices_quiesced(bool quiesced);

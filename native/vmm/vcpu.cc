@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "vmm/kick_signal.h"
+#include "vmm/thread_seccomp.h"
 
 namespace torpor {
 
@@ -27,11 +28,12 @@ Vcpu::~Vcpu() {
   join();
 }
 
-void Vcpu::start(Command first) {
+void Vcpu::start(Command first, bool seccomp) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     want_ = first;
   }
+  seccomp_ = seccomp;
   thread_ = std::thread([this] { thread_main(); });
 }
 
@@ -86,8 +88,29 @@ void Vcpu::thread_main() {
   std::snprintf(name, sizeof(name), "torpor-vcpu%u", index());
   pthread_setname_np(pthread_self(), name);
   bool entered = false, alive = true;
+  if (seccomp_) {
+    try {
+      seccomp_enter(ThreadRole::Vcpu);
+    } catch (const std::exception& e) {
+      host_.vcpu_guest_ended(index(), true, "internal-error",
+                             std::string("vCPU ") + std::to_string(index()) + " could not install its seccomp filter: " +
+                                 e.what() + " (TORPOR_SECCOMP=off runs without)");
+      alive = false;
+    }
+  }
   uint64_t acked_seq = 0;
   while (alive) {
+    // A call outside the allow-list was refused (it returned EPERM to the
+    // code that made it); the machine ends here, the process goes on.
+    if (seccomp_) {
+      int nr = seccomp_violation();
+      if (nr >= 0) {
+        host_.vcpu_guest_ended(index(), true, "seccomp-violation",
+                               "vCPU " + std::to_string(index()) + " thread made " + seccomp_describe(nr) +
+                                   ", outside its seccomp allow-list (docs/seccomp.md)");
+        break;
+      }
+    }
     // Clear the kick flag before reading the mailbox: a command sent after
     // this point either is seen below or sets the flag again.
     __atomic_store_n(&run->immediate_exit, 0, __ATOMIC_SEQ_CST);

@@ -62,7 +62,10 @@ class Vcpu {
   uint32_t index() const { return kvm_->index(); }
   const VcpuCounters& counters() const { return counters_; }
 
-  void start(Command first);  // spawns the thread
+  // Spawns the thread. With seccomp, the thread installs the vCPU allow-list
+  // (vmm/thread_seccomp.h) before anything else and ends the machine
+  // ('seccomp-violation') at the first call outside it.
+  void start(Command first, bool seccomp = false);
   void send(Command c);       // any thread; idempotent
   void join();                // after send(Stop); any thread but this vCPU's own
 
@@ -83,6 +86,7 @@ class Vcpu {
   Command want_ = Command::Pause;
   uint64_t pause_seq_ = 0;   // bumped by every Pause: each one is acknowledged once
   bool io_pending_ = false;  // thread-local state, only touched by the thread
+  bool seccomp_ = false;     // set before the thread starts
 };
 
 }  // namespace torpor

@@ -374,6 +374,26 @@ static void cmd_knock(int argc, char **argv) {
   kv_end();
 }
 
+/* flood-console <KiB>: a hostile guest's console flood. Writes that many KiB
+ * (whole 4 KiB pages of text) to COM1 as fast as the port takes them: a
+ * `rep outsb` per page, without polling the line status register (KVM may
+ * still exit once per byte). The host must keep its memory bounded. */
+static void cmd_flood_console(int argc, char **argv) {
+  static uint8_t page[4096];
+  uint32_t kib;
+  if (argc < 2 || !parse_u32_token(argv[1], &kib) || kib == 0 || kib > 4u * 1024 * 1024)
+    return result_error("flood-console", "usage");
+  for (uint32_t i = 0; i < sizeof page; i++) page[i] = (uint8_t)((i % 64) == 63 ? '\n' : 'a' + i % 26);
+  for (uint32_t n = 0; n < kib / 4; n++) {
+    const uint8_t *p = page;
+    uint32_t count = sizeof page;
+    __asm__ volatile("rep outsb" : "+S"(p), "+c"(count) : "d"((uint16_t)0x3f8) : "memory");
+  }
+  kv_str("flood-console", "ok");
+  kv_u64("kib", kib / 4 * 4);
+  kv_end();
+}
+
 static void cmd_reset(int argc, char **argv) {
   (void)argc, (void)argv;
   kv_str("reset", "now");
@@ -450,6 +470,7 @@ static const struct command commands[] = {
     {"vsock", cmd_vsock, ""},
     {"knock", cmd_knock, "[count]"},
     {"smp", cmd_smp, "[start [count]|stop]"},
+    {"flood-console", cmd_flood_console, "<KiB>"},
     {"reset", cmd_reset, ""},
     {"triple", cmd_triple, ""},
     {"halt", cmd_halt, ""},

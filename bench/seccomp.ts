@@ -1,0 +1,56 @@
+// What per-thread seccomp costs on the exit path (docs/seccomp.md): the PIO and
+// MMIO exit round trips of a guest spinning on one kind of exit, with the
+// filters (the default) and without (TORPOR_SECCOMP=off, read when a machine is
+// built), alternated round by round so that the load of a shared host falls on
+// both alike. Prints a table and writes bench/results/seccomp.json.
+//   node --import tsx bench/seccomp.ts [rounds] [seconds per round]
+import { mkdir, writeFile } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+import { Machine } from '../lib/vm/machine.js';
+import { MMIO_LOOP, PIO_LOOP, pvhElf32, sleep, writeTemp } from '../test/vmm-guests.js';
+
+async function roundTripUs(kernel: string, kind: 'pio' | 'mmio', seconds: number, seccomp: boolean): Promise<number> {
+  if (seccomp) delete process.env.TORPOR_SECCOMP;
+  else process.env.TORPOR_SECCOMP = 'off';
+  const m = Machine.create({ kernel, vcpus: 1, memoryMiB: 16 });
+  delete process.env.TORPOR_SECCOMP;
+  await m.start();
+  await sleep(50);
+  const a = m.stats();
+  const t0 = process.hrtime.bigint();
+  await sleep(seconds * 1000);
+  const b = m.stats();
+  const us = Number(process.hrtime.bigint() - t0) / 1000;
+  await m.stop();
+  const exits = kind === 'pio' ? b.pioExits - a.pioExits : b.mmioExits - a.mmioExits;
+  return us / Math.max(1, exits);
+}
+
+const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? NaN;
+
+async function main() {
+  const rounds = Number(process.argv[2] ?? 5);
+  const seconds = Number(process.argv[3] ?? 1);
+  const kernels = { pio: writeTemp('pio.elf', pvhElf32(PIO_LOOP)), mmio: writeTemp('mmio.elf', pvhElf32(MMIO_LOOP)) };
+  const rows: { exit: string; off_us: number; on_us: number; delta_us: number; rounds: number }[] = [];
+  for (const kind of ['pio', 'mmio'] as const) {
+    const on: number[] = [];
+    const off: number[] = [];
+    for (let i = 0; i < rounds; i++) {
+      off.push(await roundTripUs(kernels[kind], kind, seconds, false));
+      on.push(await roundTripUs(kernels[kind], kind, seconds, true));
+    }
+    const row = { exit: kind, off_us: median(off), on_us: median(on), delta_us: median(on) - median(off), rounds };
+    rows.push(row);
+  }
+  console.log('exit round trip (median of rounds, us)   seccomp off   seccomp on   delta');
+  for (const r of rows)
+    console.log(`${r.exit.padEnd(41)} ${r.off_us.toFixed(2).padStart(11)} ${r.on_us.toFixed(2).padStart(12)} ${r.delta_us.toFixed(2).padStart(7)}`);
+  const out = join(dirname(fileURLToPath(import.meta.url)), 'results', 'seccomp.json');
+  await mkdir(dirname(out), { recursive: true });
+  await writeFile(out, JSON.stringify({ bench: 'seccomp', date: new Date().toISOString(), rounds, seconds, rows }, null, 2) + '\n');
+}
+
+await main();

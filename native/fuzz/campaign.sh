@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Runs every libFuzzer target (or those named) for SECONDS each, one after the
+# other, from its committed seed corpus (native/fuzz/corpus/<target>, read
+# only) plus a working corpus that persists between campaigns
+# ($FUZZ_WORK/<target>, default native/test/out/fuzz/work, git-ignored), and
+# prints inputs, inputs/s and coverage (edges) per target. Exits non-zero at
+# the first crash, leak, timeout or out-of-memory (the reproducer is left in
+# $FUZZ_WORK/artifacts).
+#   native/fuzz/campaign.sh                  10 minutes each, all targets
+#   native/fuzz/campaign.sh 60               CI: 60 s each
+#   native/fuzz/campaign.sh 36000 vsock      a long run of one target
+# Long campaigns: run under nice (the CI host is shared), e.g. nice -n 19.
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+seconds=${1:-600}
+shift || true
+all=(vsock virtqueue snapshot_loader agent_frame overlay_map kernel_loader)
+targets=("${@:-${all[@]}}")
+bin=$(cd "$here/.." && pwd)/test/out/fuzz  # as the Makefile names it (make matches targets textually)
+work=${FUZZ_WORK:-$bin/work}
+make -s -C "$here" -j2 $(printf "$bin/%s_libfuzzer " "${targets[@]}")
+mkdir -p "$work/artifacts"
+rows=()
+for t in "${targets[@]}"; do
+  mkdir -p "$work/$t"
+  log=$work/$t.log
+  rc=0
+  "$bin/${t}_libfuzzer" -max_total_time="$seconds" -print_final_stats=1 -timeout=10 -rss_limit_mb=2048 \
+    -artifact_prefix="$work/artifacts/$t-" "$work/$t" "$here/corpus/$t" > "$log" 2>&1 || rc=$?
+  runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+  rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
+  cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
+  corpus=$(ls "$work/$t" | wc -l)
+  rows+=("$(printf '%-16s %12s %10s %8s %8s' "$t" "${runs:-?}" "${rate:-?}" "${cov:-?}" "$corpus")")
+  if (( rc != 0 )); then
+    tail -40 "$log" >&2
+    echo "campaign: $t FAILED (exit $rc); log $log, reproducer under $work/artifacts" >&2
+    printf '%s\n' "${rows[@]}"
+    exit "$rc"
+  fi
+done
+echo "fuzz campaign: ${seconds} s per target on $(nproc) CPUs ($(uname -n)), clang $(clang --version | sed -n 's/.*version \([0-9.]*\).*/\1/p' | head -1)"
+printf '%-16s %12s %10s %8s %8s\n' target inputs inputs/s edges corpus
+printf '%s\n' "${rows[@]}"

@@ -1,0 +1,107 @@
+// Per-thread seccomp (docs/seccomp.md): every vCPU thread and the I/O thread
+// run under their allow-list; a call outside it fails that machine with kind
+// 'seccomp-violation' while the process and the other machines go on.
+// The forbidden call is made through the test hook the addon has when
+// TORPOR_SECCOMP_TEST_HOOK is set (read when a machine is built): a guest
+// write of 1 to port 0x5ec makes the vCPU thread call uname(2), 2 makes the
+// I/O thread call it.
+import { readdirSync, readFileSync } from 'node:fs';
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+
+import { TorporError } from '../lib/errors.js';
+import { Machine } from '../lib/vm/machine.js';
+import { PVH_BANNER, kvmSkipReason, pvhElf32, writeTemp } from './vmm-guests.js';
+import { testUnless } from './skip-unless.js';
+
+const kvmTest = testUnless('vmm-seccomp', kvmSkipReason(), 'kvm');
+
+process.env.TORPOR_SECCOMP_TEST_HOOK = '1';
+
+const pvh = writeTemp('pvh.elf', pvhElf32());
+
+/*
+ * mov dx, 0x5ec ; mov al, <value> ; out dx, al ; then spins: jmp $
+ */
+function forbiddenCallGuest(value: 1 | 2): string {
+  const code = Buffer.from([0x66, 0xba, 0xec, 0x05, 0xb0, value, 0xee, 0xeb, 0xfe]);
+  return writeTemp(`seccomp-${value}.elf`, pvhElf32(code));
+}
+
+function waitExit(m: Machine, timeoutMs = 10_000): Promise<{ state: string; kind: string; message: string }> {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`no exit event within ${timeoutMs} ms`)), timeoutMs);
+    m.once('exit', (state, r) => {
+      clearTimeout(timer);
+      resolve({ state, kind: r.kind, message: r.message });
+    });
+  });
+}
+
+/** The Seccomp field of /proc/self/task/<tid>/status for each thread with this name prefix. */
+function seccompModes(prefix: string): number[] {
+  const modes: number[] = [];
+  for (const tid of readdirSync('/proc/self/task')) {
+    try {
+      const comm = readFileSync(`/proc/self/task/${tid}/comm`, 'utf8').trim();
+      if (!comm.startsWith(prefix)) continue;
+      const status = readFileSync(`/proc/self/task/${tid}/status`, 'utf8');
+      modes.push(Number(/^Seccomp:\s+(\d+)/m.exec(status)?.[1] ?? -1));
+    } catch {
+      // the thread ended while we read
+    }
+  }
+  return modes;
+}
+
+kvmTest('every vCPU thread and the I/O thread run in seccomp filter mode; the JS thread does not', async () => {
+  const m = Machine.create({ kernel: pvh, vcpus: 2, memoryMiB: 16 });
+  try {
+    await m.start();
+    await m.waitForConsole(PVH_BANNER, 5000);
+    const vcpus = seccompModes('torpor-vcpu');
+    const io = seccompModes('torpor-io');
+    assert.ok(vcpus.length >= 2, `vCPU threads found: ${vcpus.length}`);
+    assert.ok(io.length >= 1, `I/O threads found: ${io.length}`);
+    for (const mode of [...vcpus, ...io]) assert.is(mode, 2, 'SECCOMP_MODE_FILTER');
+    const self = readFileSync('/proc/thread-self/status', 'utf8');
+    assert.match(self, /^Seccomp:\s+0$/m);
+  } finally {
+    await m.stop();
+  }
+});
+
+for (const [value, where, re] of [
+  [1, 'a vCPU thread', /vCPU 0 thread made system call \d+ \(uname\)/],
+  [2, 'the I/O thread', /the I\/O thread made system call \d+ \(uname\)/],
+] as const) {
+  kvmTest(`a forbidden call on ${where} fails that machine (seccomp-violation); the process and another machine go on`, async () => {
+    const bystander = Machine.create({ kernel: pvh, vcpus: 1, memoryMiB: 16 });
+    await bystander.start();
+    await bystander.waitForConsole(PVH_BANNER, 5000);
+
+    const m = Machine.create({ kernel: forbiddenCallGuest(value), vcpus: 1, memoryMiB: 16 });
+    const ended = waitExit(m);
+    await m.start();
+    const e = await ended;
+    assert.is(e.state, 'failed');
+    assert.is(e.kind, 'seccomp-violation');
+    assert.match(e.message, re);
+    assert.is(m.state, 'failed');
+    try {
+      await m.pause();
+      assert.unreachable('pause of a failed machine');
+    } catch (err) {
+      assert.instance(err, TorporError);
+      assert.is((err as TorporError).code, 'INVALID_STATE');
+    }
+    await m.stop();
+
+    // The other machine still answers on its console (the fixture echoes all but 'r' and 't').
+    bystander.consoleWrite('alive');
+    await bystander.waitForConsole(`${PVH_BANNER}\nalive`, 5000);
+    await bystander.stop();
+  });
+}
+
+test.run();
