@@ -1,19 +1,20 @@
 #!/usr/bin/env node
-// The `torpor` command. A published package runs the compiled CLI from dist/;
-// a clean clone (no dist/ yet) runs the TypeScript sources through tsx.
+// The `torpor` command. In a checkout (lib/ present) it runs the TypeScript sources through
+// tsx, so a dist/ left from an earlier build can never run stale code; the published package
+// ships no lib/ and runs the compiled CLI from dist/.
 import { existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
-const compiled = join(root, 'dist', 'cli', 'main.js');
+const source = join(root, 'lib', 'cli', 'main.ts');
 
 let cli;
-if (existsSync(compiled)) {
-  cli = await import(pathToFileURL(compiled).href);
-} else {
+if (existsSync(source)) {
   const { register } = await import('tsx/esm/api');
   register();
-  cli = await import(pathToFileURL(join(root, 'lib', 'cli', 'main.ts')).href);
+  cli = await import(pathToFileURL(source).href);
+} else {
+  cli = await import(pathToFileURL(join(root, 'dist', 'cli', 'main.js')).href);
 }
 await cli.run(process.argv.slice(2));

@@ -175,8 +175,12 @@ kvmTest('a guest that stops after boot: requests fail with CONNECTION_CLOSED say
   try {
     const { machine, client } = internals(sbx);
     const ended = new Promise<void>((resolve) => machine.once('exit', () => resolve()));
+    // Machines and idle agent sessions do not keep Node alive, so with nothing else pending Node
+    // would reach beforeExit, which pauses running sandboxes (docs/sandbox-lifecycle.md): a
+    // timer holds the loop while the guest faults, as an application waiting on it would.
+    const holdLoop = setInterval(() => undefined, 1000);
     machine.consoleWrite('triple\n'); // the test guest's serial command: a triple fault now
-    await ended;
+    await ended.finally(() => clearInterval(holdLoop));
     const err = await client.ping().catch((e: unknown) => e);
     assert.ok(err instanceof TorporError && err.code === 'CONNECTION_CLOSED', String(err));
     assert.match((err as Error).message, /the sandbox.s machine ended \(failed, triple-fault: /);
