@@ -35,10 +35,13 @@ console.log(`stress: sandbox up at ${elapsed()} (${vcpus} vCPUs, ${memoryMiB} Mi
 let rounds = 0;
 let bytes = 0;
 let failure: string | undefined;
+// The live console tail; after a failure it can come back empty (run A2 of docs/nested.md), and
+// then the tail the exit reason kept at the moment the machine ended is what is left.
+const consoleText = (): string => machine.consoleTail().toString('utf8') || machine.exitReason?.consoleTail || '';
 const report = (): void => {
   console.log(`stress: machine state ${machine.state}, exit reason ${JSON.stringify(machine.exitReason)}`);
   console.log(`stress: stats ${JSON.stringify(machine.stats())}`);
-  console.log(`stress: guest console tail:\n${machine.consoleTail().toString('utf8').slice(-4000)}`);
+  console.log(`stress: guest console tail:\n${consoleText().slice(-4000)}`);
 };
 const deadline = performance.now() + seconds * 1000;
 try {
@@ -73,7 +76,7 @@ try {
   report();
 } finally {
   // A guest that survived can still have complained (an oops, a WARNING, an RCU stall): say so.
-  const alarms = machine.consoleTail().toString('utf8').split('\n').filter((l) => /Oops|BUG:|WARNING:|rcu.*stall|XSAVE consistency|general protection|double fault/i.test(l));
+  const alarms = consoleText().split('\n').filter((l) => /Oops|BUG:|WARNING:|rcu.*stall|XSAVE consistency|general protection|double fault/i.test(l));
   console.log(`stress: guest console alarms: ${alarms.length ? '\n' + alarms.join('\n') : 'none'}`);
   await sbx.kill().catch(() => undefined);
 }
