@@ -5,7 +5,9 @@
 // or on a hardware host.
 //
 //   STRESS_SECONDS (default 300), STRESS_VCPUS (2), STRESS_MIB (50 per file), STRESS_MEMORY_MIB (512),
-//   STRESS_PARALLEL (2: round trips in flight at once, so both vCPUs and the vsock queues stay busy)
+//   STRESS_PARALLEL (2: round trips in flight at once, so both vCPUs and the vsock queues stay busy),
+//   STRESS_STALL_S (240: a round still running after this long gets the machine's state, stats and
+//   console printed once, so a stall that a runner's timeout then kills still leaves evidence)
 //
 // Prints one line per round and a JSON summary; exits 1 at the first failure,
 // after printing the machine's state, exit reason, stats and console tail.
@@ -19,6 +21,7 @@ const vcpus = Number(process.env.STRESS_VCPUS ?? 2);
 const mib = Number(process.env.STRESS_MIB ?? 50);
 const memoryMiB = Number(process.env.STRESS_MEMORY_MIB ?? 512);
 const parallel = Number(process.env.STRESS_PARALLEL ?? 2);
+const stallS = Number(process.env.STRESS_STALL_S ?? 240);
 
 const sha = (b: Uint8Array): string => createHash('sha256').update(b).digest('hex');
 
@@ -32,10 +35,23 @@ console.log(`stress: sandbox up at ${elapsed()} (${vcpus} vCPUs, ${memoryMiB} Mi
 let rounds = 0;
 let bytes = 0;
 let failure: string | undefined;
+// The live console tail; after a failure it can come back empty (run A2 of docs/nested.md), and
+// then the tail the exit reason kept at the moment the machine ended is what is left.
+const consoleText = (): string => machine.consoleTail().toString('utf8') || machine.exitReason?.consoleTail || '';
+const report = (): void => {
+  console.log(`stress: machine state ${machine.state}, exit reason ${JSON.stringify(machine.exitReason)}`);
+  console.log(`stress: stats ${JSON.stringify(machine.stats())}`);
+  console.log(`stress: guest console tail:\n${consoleText().slice(-4000)}`);
+};
 const deadline = performance.now() + seconds * 1000;
 try {
   while (performance.now() < deadline) {
     const r0 = performance.now();
+    const stall = setTimeout(() => {
+      console.log(`stress: round ${rounds + 1} still running after ${stallS} s (at ${elapsed()})`);
+      report();
+    }, stallS * 1000);
+    stall.unref();
     const lengths = await Promise.all(
       Array.from({ length: parallel }, async (_, lane) => {
         const data = randomBytes(mib << 20);
@@ -49,7 +65,7 @@ try {
         await sbx.files.remove(path);
         return data.length;
       }),
-    );
+    ).finally(() => clearTimeout(stall));
     rounds++;
     bytes += 2 * lengths.reduce((a, b) => a + b, 0);
     console.log(`stress: round ${rounds} ok in ${((performance.now() - r0) / 1000).toFixed(1)} s (at ${elapsed()})`);
@@ -57,10 +73,11 @@ try {
 } catch (err) {
   failure = err instanceof Error ? err.message : String(err);
   console.log(`stress: FAILED at ${elapsed()} after ${rounds} rounds: ${failure}`);
-  console.log(`stress: machine state ${machine.state}, exit reason ${JSON.stringify(machine.exitReason)}`);
-  console.log(`stress: stats ${JSON.stringify(machine.stats())}`);
-  console.log(`stress: guest console tail:\n${machine.consoleTail().toString('utf8').slice(-4000)}`);
+  report();
 } finally {
+  // A guest that survived can still have complained (an oops, a WARNING, an RCU stall): say so.
+  const alarms = consoleText().split('\n').filter((l) => /Oops|BUG:|WARNING:|rcu.*stall|XSAVE consistency|general protection|double fault/i.test(l));
+  console.log(`stress: guest console alarms: ${alarms.length ? '\n' + alarms.join('\n') : 'none'}`);
   await sbx.kill().catch(() => undefined);
 }
 console.log(JSON.stringify({ stress: failure ? 'failed' : 'passed', vcpus, mib, parallel, rounds, mibMoved: bytes / 2 ** 20, seconds: (performance.now() - t0) / 1000, failure }));
