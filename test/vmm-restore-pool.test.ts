@@ -29,8 +29,11 @@ kvmTest('a restore from a pooled VM shell continues the guest; depth 0 drops the
   const before = Machine.restorePool();
   const dir = mkdtempSync(join(tmpdir(), 'torpor-pool-'));
   try {
+    // Earlier files in this process (sandbox-pause, vmm-snapshot) restored machines, so the pool
+    // may hold their shells: start from an empty pool and a RAM size no other test restores.
+    Machine.restorePool({ depth: 0 });
     Machine.restorePool({ depth: 2 });
-    const m = await bootTestvm({ memoryMiB: 256 });
+    const m = await bootTestvm({ memoryMiB: 232 });
     await testvmCommand(m, 'count start', 'count');
     await m.snapshot(dir, { stop: true });
     const fds = fdCount();
@@ -39,10 +42,14 @@ kvmTest('a restore from a pooled VM shell continues the guest; depth 0 drops the
     assert.ok('VM shell: none ready' in first.stats().buildPhasesMs, JSON.stringify(first.stats().buildPhasesMs));
     const saved = counter(first);
     await first.stop();
-    assert.ok(await until(() => Machine.restorePool().idle === 2), `idle shells: ${Machine.restorePool().idle}`);
+    // Two for this size (more when the pool also refilled the size an earlier file restored).
+    assert.ok(await until(() => Machine.restorePool().idle >= 2), `idle shells: ${Machine.restorePool().idle}`);
+    await sleep(200);
+    const settled = Machine.restorePool().idle;
+    assert.ok(settled === 2 || settled === 4, `idle shells: ${settled} (depth 2 per size, at most two sizes)`);
     // Bounded: nothing more is built while nobody takes.
     await sleep(50);
-    assert.is(Machine.restorePool().idle, 2);
+    assert.is(Machine.restorePool().idle, settled);
 
     const r = await Machine.restore(dir);
     assert.ok('VM shell from the pool' in r.stats().buildPhasesMs, JSON.stringify(r.stats().buildPhasesMs));
