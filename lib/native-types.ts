@@ -120,6 +120,9 @@ export interface NativeMachine {
   /** Pauses (bounded by timeoutMs, default 2000) and captures a generation into dir on the calling
    *  thread; returns its number. For the process's end only ('exit' handlers). */
   captureNow(dir: string, timeoutMs?: number): number;
+  /** Where the env cleanup hook captures the machine (as captureNow) if it still runs when its
+   *  environment ends (a worker thread ending); null: no capture (the default). */
+  setTeardownCapture(dir: string | null, timeoutMs?: number): void;
   /** Pages written since the last generation (guest and devices). Reads KVM's dirty log; loses nothing. */
   dirtyPageCount(): number;
   /** `count` restores of this machine's snapshots are coming (fork): VM shells are built ahead for them. */

@@ -1,11 +1,12 @@
 // Pause and continue a real Linux sandbox (issue 8's Linux-level scenarios). Runs where a Linux
 // guest can boot (a hardware-virtualization host, or the nested host of `npm run test:linux`);
 // elsewhere registered as skipped, category linux-guest, with the reason.
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
 import { Sandbox, linuxGuestSupport } from '../lib/sandbox/sandbox.js';
+import { roundFile } from './fixtures/round-file.js';
 import { testUnless } from './skip-unless.js';
 
 const support = await linuxGuestSupport();
@@ -14,6 +15,14 @@ const linuxTest = testUnless('sandbox-linux-pause', support.ok ? null : `this ho
 const BOOT = { boot: { timeoutMs: 180_000 }, memoryMiB: 256, vcpus: 1 };
 /** Emulated CPUs in the nested host: the restored guest may take seconds to answer. */
 const CONNECT = { restoreTimeoutMs: 120_000, bootTimeoutMs: 180_000 };
+const NESTED = process.env.TORPOR_NESTED === '1';
+/** Pause/connect cycles with file writes and reads between them (issue 8 asks for 50): 50 on
+ *  hardware hosts; 10 in the emulated nested host, where one cycle took 0.19-3.0 s (one run,
+ *  cycles 7-9 at 2.7-3.0 s with the reads growing): 50 would likely take 3-4 minutes there, not
+ *  yet tried (the test prints each cycle's time). */
+const CYCLES = NESTED ? 10 : 50;
+/** Child processes SIGKILLed while pausing (the nested host is slow: 3 rounds; raise for longer runs). */
+const KILL_ROUNDS = Number(process.env.TORPOR_KILL_ROUNDS ?? 3);
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 function child(...args: string[]): Record<string, unknown> {
@@ -97,7 +106,7 @@ linuxTest('the clock is within 1 s of the host after a 5 s pause; /dev/urandom d
   }
 });
 
-linuxTest('a python3 holding state only in memory answers over stdin after resume; files written between 10 pause/connect cycles all intact', async () => {
+linuxTest('a python3 holding state only in memory answers over stdin after resume; files written between ${CYCLES} pause/connect cycles all intact', async () => {
   const sbx = await Sandbox.create(BOOT);
   const id = sbx.sandboxId;
   try {
@@ -109,7 +118,8 @@ linuxTest('a python3 holding state only in memory answers over stdin after resum
     assert.match(keeper.stdout, /^1 alpha\n/);
     const written: string[] = [];
     let cur = sbx;
-    for (let cycle = 0; cycle < 10; cycle++) {
+    for (let cycle = 0; cycle < CYCLES; cycle++) {
+      const t0 = performance.now();
       const body = `cycle ${cycle} ${'x'.repeat(cycle * 1000)}\n`;
       await cur.files.write(`/home/user/cycle-${cycle}.txt`, body);
       written.push(body);
@@ -118,6 +128,7 @@ linuxTest('a python3 holding state only in memory answers over stdin after resum
       const info = await cur.getInfo();
       assert.is(info.resumedFrom, 'memory', `cycle ${cycle}: resumed from ${info.resumedFrom}: ${info.resumeReason}`);
       for (let j = 0; j < written.length; j++) assert.is(await cur.files.read(`/home/user/cycle-${j}.txt`), written[j], `cycle ${cycle}: file ${j}`);
+      console.log(`cycle ${cycle}: ${Math.round(performance.now() - t0)} ms (write, pause, connect, ${written.length} files read back)`);
     }
     // The same python3, its list still in memory: reattach and feed it one more line.
     const again = await cur.commands.connect(keeper.pid, { fromOffset: 0 });
@@ -125,6 +136,50 @@ linuxTest('a python3 holding state only in memory answers over stdin after resum
     for (let i = 0; i < 600 && !again.stdout.includes('2 alpha,beta'); i++) await sleep(100);
     assert.is(again.stdout, '1 alpha\n2 alpha,beta\n', 'output replayed from offset 0, no gap, no duplicate');
     await cur.kill();
+  } finally {
+    await Sandbox.kill(id).catch(() => undefined);
+  }
+});
+
+linuxTest(`SIGKILL of a process pausing a sandbox at random moments (${KILL_ROUNDS} rounds): connect always works, every file synced before the last completed pause intact`, async () => {
+  const sbx = await Sandbox.create(BOOT);
+  const id = sbx.sandboxId;
+  try {
+    await sbx.pause();
+    /** Files on the last generation known to be complete (a pause that returned, or a generation a connect found). */
+    const kept: string[] = [];
+    let generation = (await Sandbox.getInfo(id)).generation;
+    for (let round = 0; round < KILL_ROUNDS; round++) {
+      const path = `/home/user/round-${round}.txt`;
+      const c = spawn(process.execPath, ['--import', 'tsx', 'test/fixtures/linux-pause-child.ts', 'write-sync-pause', id, path], { stdio: ['ignore', 'pipe', 'pipe'] });
+      let out = '';
+      let err = '';
+      c.stdout.on('data', (d: Buffer) => (out += d.toString()));
+      c.stderr.on('data', (d: Buffer) => (err += d.toString()));
+      const exited = new Promise((r) => c.once('exit', r));
+      for (let i = 0; i < 3000 && !out.includes('"pausing"') && c.exitCode === null; i++) await sleep(100);
+      assert.ok(out.includes('"pausing"'), `round ${round}: the child wrote and synced its file (${out} ${err})`);
+      // A pause takes a few seconds in the emulated nested host, a few ms on hardware.
+      const delay = Math.random() * (NESTED ? 6000 : 300);
+      await sleep(delay);
+      c.kill('SIGKILL');
+      await exited;
+      const back = await Sandbox.connect(id, CONNECT);
+      try {
+        const info = await back.getInfo();
+        assert.ok(info.generation >= generation, `round ${round}: generation ${info.generation} >= ${generation}`);
+        // The child's pause completed (its generation is the one restored or booted): its file is on it.
+        if (info.generation > generation) kept.push(path);
+        console.log(`round ${round}: killed ${Math.round(delay)} ms into the pause (${out.includes('"paused"') ? 'after it completed' : 'during it'}); resumed from ${info.resumedFrom} generation ${info.generation}${info.resumeReason ? ` (${info.resumeReason})` : ''}`);
+        if (out.includes('"paused"')) assert.ok(info.generation > generation, `round ${round}: the completed pause's generation is used`);
+        for (const p of kept) assert.is(await back.files.read(p), roundFile(p), `round ${round}: ${p} intact`);
+        await back.pause();
+        generation = (await Sandbox.getInfo(id)).generation;
+      } catch (e) {
+        await back.kill().catch(() => undefined);
+        throw e;
+      }
+    }
   } finally {
     await Sandbox.kill(id).catch(() => undefined);
   }

@@ -9,6 +9,7 @@ import { spawn, spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { mkdtemp, readdir, readFile, rm, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
+import { Worker } from 'node:worker_threads';
 import { join } from 'node:path';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
@@ -491,6 +492,47 @@ kvmTest('SIGKILL of the owner of a sandbox never paused: connect boots the disk 
     await Sandbox.kill(id).catch(() => undefined);
   }
 });
+
+for (const end of ['terminate', 'exit'] as const) {
+  kvmTest(`a worker thread running a sandbox ends (${end === 'terminate' ? 'worker.terminate()' : 'process.exit() in the worker'}): connect continues it from memory`, async () => {
+    // tsx's --import does not register its loader in a worker thread on Node 20: the worker does.
+    const entry = new URL('./fixtures/sandbox-worker.ts', import.meta.url).href;
+    const boot = `import('tsx/esm/api').then((tsx) => { tsx.register(); return import(${JSON.stringify(entry)}); })`;
+    const worker = new Worker(boot, { eval: true, workerData: end });
+    const ended = new Promise((r) => worker.once('exit', r));
+    let id = '';
+    try {
+      const msg = await new Promise<{ id: string; counter: number }>((resolve, reject) => {
+        worker.once('message', resolve);
+        worker.once('error', reject);
+      });
+      id = msg.id;
+      if (end === 'terminate') await worker.terminate();
+      await ended;
+      // terminate(): no JS ran in the worker, the addon's cleanup hook captured the machine and
+      // dropped the worker's owner lock; process.exit(): the worker's exit handler captured it.
+      const info = await Sandbox.getInfo(id);
+      assert.is(info.state, 'paused');
+      assert.is(info.ownerPid, null);
+      assert.is(info.generation, 1, 'a generation written as the worker ended');
+      const back = await Sandbox.connect(id);
+      try {
+        const again = await back.getInfo();
+        assert.is(again.resumedFrom, 'memory', `resumed from ${again.resumedFrom}: ${again.resumeReason}`);
+        assert.is(again.lostInterval, undefined, 'nothing lost');
+        const st = guestStatus(back);
+        assert.ok(st.counter >= msg.counter, `the counter continued (${st.counter} >= ${msg.counter})`);
+        await until(() => counter(back) > st.counter, 'the counter advancing after connect');
+        assert.is(st.syncs, 0, 'captured without SYNC');
+      } finally {
+        await back.kill();
+      }
+    } finally {
+      await worker.terminate();
+      if (id) await Sandbox.kill(id).catch(() => undefined);
+    }
+  });
+}
 
 kvmTest('process.exit() at every lifecycle stage leaves a connectable sandbox', async () => {
   const r = spawnSync(process.execPath, ['--import', 'tsx', 'test/fixtures/sandbox-child.ts', 'exit-at', '-', 'running'], { encoding: 'utf8', timeout: CHILD_MS });

@@ -10,6 +10,9 @@
 //   there, on the JS thread (Machine.captureNow: pause bounded at 2 s, a generation written and
 //   made durable, no guest `sync`: memory and disk taken at one instant are consistent) and its
 //   meta.json says `paused`. The addon's cleanup hook then stops the machines.
+// - a worker thread ending (worker.terminate() included: no JS runs): the addon's cleanup hook
+//   captures the machine (Machine.captureOnTeardown, set while the sandbox runs) and then drops
+//   the worker's owner locks; connect finds the generation newer than meta.json and continues it.
 // - SIGKILL (or a capture that failed): nothing runs. The sandbox's directory keeps its last
 //   generation and meta.json says `running`; the owner lock died with the process, so the next
 //   Sandbox.connect restores that generation (getInfo().lostInterval says since when work was

@@ -2,7 +2,7 @@
 // can be restored and its agent answers, else from that generation's disk; RESUMED (host clock,
 // fresh entropy) before anything else; what happened recorded in meta.json.
 import { existsSync } from 'node:fs';
-import { mkdir, stat } from 'node:fs/promises';
+import { mkdir } from 'node:fs/promises';
 import { dirname, join, relative } from 'node:path';
 
 import { TorporError } from '../errors.js';
@@ -43,12 +43,9 @@ function reasonOf(err: unknown): string {
 
 /** Since when a dead owner's work is lost: the generation it is recovered from was captured at
  *  `pausedAt`, and the machine ran again from `resumedAt` (or from creation, never paused). */
-async function lostSince(dir: SandboxDir, meta: SandboxMeta, generation: number): Promise<string> {
+function lostSince(meta: SandboxMeta, generation: number): string {
   if (generation === 0) return meta.createdAt;
-  if (generation === meta.generation) return meta.resumedAt && meta.pausedAt && meta.resumedAt > meta.pausedAt ? meta.resumedAt : (meta.pausedAt ?? meta.createdAt);
-  // A generation newer than meta.json records (the owner died right after writing it).
-  const st = await stat(join(dir.snapshots, `gen-${generation}`, 'vm.state')).catch(() => null);
-  return st ? st.mtime.toISOString() : meta.createdAt;
+  return meta.resumedAt && meta.pausedAt && meta.resumedAt > meta.pausedAt ? meta.resumedAt : (meta.pausedAt ?? meta.createdAt);
 }
 
 /**
@@ -61,9 +58,12 @@ export async function resume(dir: SandboxDir, before: SandboxMeta, lock: OwnerLo
   const generation = await dir.currentGeneration();
   const now = new Date();
   // Only a sandbox recorded as running (or pausing, starting) lost work: a crash while paused
-  // or while resuming left its generation as it was.
-  const ownerDied = before.state === 'running' || before.state === 'pausing' || before.state === 'starting';
-  const lostInterval = ownerDied ? { from: await lostSince(dir, before, generation), to: now.toISOString() } : undefined;
+  // or while resuming left its generation as it was. A generation newer than meta.json records
+  // lost nothing either: every capture into a sandbox's snapshots ends its machine (a pause
+  // killed before it wrote meta.json, a worker thread's teardown capture), so nothing ran after it.
+  const newerThanMeta = generation > (before.generation ?? 0);
+  const ownerDied = !newerThanMeta && (before.state === 'running' || before.state === 'pausing' || before.state === 'starting');
+  const lostInterval = ownerDied ? { from: lostSince(before, generation), to: now.toISOString() } : undefined;
   await dir.writeMeta({ ...before, state: 'resuming', ownerPid: process.pid });
 
   let machine: Machine | undefined;

@@ -247,6 +247,9 @@ export class Sandbox implements AsyncDisposable {
   /** Hooks a new machine and client into the sandbox: activity, and the guest ending by itself. */
   #adopt(run: Running): void {
     const { client, machine } = run;
+    // A worker thread that ends with this sandbox running (no JS runs there): the addon's cleanup
+    // hook captures it into the next generation; connect finds it newer than meta.json says.
+    machine.captureOnTeardown(this.#dir.snapshots, EXIT_CAPTURE_TIMEOUT_MS);
     // An idle session does not keep the process alive: Node reaches beforeExit, which pauses.
     client.setIdleUnref(true);
     const open = client.open.bind(client);
@@ -385,6 +388,7 @@ export class Sandbox implements AsyncDisposable {
   async #pauseNow(): Promise<PauseResult> {
     const run = this.#run!;
     this.#life.to('pausing');
+    run.machine.captureOnTeardown(null);
     this.#idle?.stop();
     // Captured while the guest still ran would be fine for memory, but the output of a command
     // finishing during the capture would reach nobody: let them end first.
@@ -453,6 +457,7 @@ export class Sandbox implements AsyncDisposable {
     // A directory removed under a running sandbox (a test's temporary home) is not recreated.
     if (!run || this.#life.state !== 'running' || !existsSync(this.#dir.metaPath)) return;
     try {
+      run.machine.captureOnTeardown(null);
       const pausedAt = new Date();
       const generation = run.machine.captureNow(this.#dir.snapshots, EXIT_CAPTURE_TIMEOUT_MS);
       const diskLayers = [...run.diskLayers, `snapshots/gen-${generation}/disk0.overlay`];
@@ -662,6 +667,7 @@ export class Sandbox implements AsyncDisposable {
     this.#run = null;
     this.#markKilled();
     if (!run) return;
+    run.machine.captureOnTeardown(null);
     try {
       await run.client.close();
       await run.machine.stop();

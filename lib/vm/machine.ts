@@ -295,6 +295,20 @@ export class Machine extends EventEmitter<MachineEvents> {
   }
 
   /**
+   * When this machine's environment ends while it still runs (a worker thread that ends or is
+   * terminated: no JS runs there any more), the addon's cleanup hook captures it into `dir` as
+   * captureNow() does (bounded by `timeoutMs`, best effort), then stops it. null: no capture
+   * (the default). The generation's number is in `dir`'s `current` pointer.
+   */
+  captureOnTeardown(dir: string | null, timeoutMs = 2000): void {
+    if (dir !== null) {
+      checkString('dir', dir, true);
+      checkInt('timeoutMs', timeoutMs, 1, 600_000);
+    }
+    this.#native.setTeardownCapture(dir, timeoutMs);
+  }
+
+  /**
    * Forks `count` children from this machine: it pauses briefly while a generation is captured
    * into `dir` (default: the directory of its last snapshot or restore, where only a diff is
    * written; else a new temporary directory, kept: the children's layers live there), then continues; the children restore from that generation, running, sharing its memory

@@ -1,6 +1,7 @@
 // tryLockFile(path) / closeLockFile(fd): the owner lock (base/file_lock.h) for
 // lib/store/lock.ts. The fd stays a plain number in JS: it keeps no handle on
-// the event loop, and the kernel releases the lock when the process dies.
+// the event loop, and the kernel releases the lock when the process dies; an env cleanup hook
+// releases it when the thread (a worker) that took it ends.
 #pragma once
 
 #include "addon/napi_config.h"

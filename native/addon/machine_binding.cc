@@ -104,6 +104,7 @@ Napi::Function MachineWrap::define(Napi::Env env) {
                          InstanceMethod<&MachineWrap::start>("start"),
                          InstanceMethod<&MachineWrap::snapshot>("snapshot"),
                          InstanceMethod<&MachineWrap::capture_now>("captureNow"),
+                         InstanceMethod<&MachineWrap::set_teardown_capture>("setTeardownCapture"),
                          InstanceMethod<&MachineWrap::dirty_page_count>("dirtyPageCount"),
                          InstanceMethod<&MachineWrap::prepare_restores>("prepareRestores"),
                          InstanceMethod<&MachineWrap::state_parts>("stateParts"),
@@ -362,6 +363,16 @@ Napi::Value MachineWrap::snapshot(const Napi::CallbackInfo& info) {
   });
 }
 
+namespace {
+// A capture's optional pause bound in ms (default 2 s).
+uint64_t capture_timeout_ms(const Napi::Value& v, const char* what) {
+  if (!v.IsNumber()) return 2000;
+  double t = v.As<Napi::Number>().DoubleValue();
+  if (!(t >= 1 && t <= 600000)) throw Error(code::kInvalidArgument, std::string(what) + ": timeoutMs must be in 1..600000");
+  return static_cast<uint64_t>(t);
+}
+}  // namespace
+
 // The process is ending ('exit' handlers run synchronously, the event loop is over): pause and
 // capture on this thread. The pause is bounded by timeoutMs (a vCPU that does not park in time:
 // TIMEOUT, nothing written); the capture itself is the one snapshot() runs on a worker. The
@@ -373,35 +384,54 @@ Napi::Value MachineWrap::capture_now(const Napi::CallbackInfo& info) {
     Machine& m = live_machine();
     if (!info[0].IsString()) throw Error(code::kInvalidArgument, "captureNow: dir must be a string");
     std::string dir = info[0].As<Napi::String>().Utf8Value();
-    uint64_t timeout_ms = 2000;
-    if (info[1].IsNumber()) {
-      double t = info[1].As<Napi::Number>().DoubleValue();
-      if (!(t >= 1 && t <= 600000)) throw Error(code::kInvalidArgument, "captureNow: timeoutMs must be in 1..600000");
-      timeout_ms = static_cast<uint64_t>(t);
+    uint64_t timeout_ms = capture_timeout_ms(info[1], "captureNow");
+    return Napi::Number::New(env, static_cast<double>(capture_bounded(m, dir, timeout_ms)));
+  });
+}
+
+uint64_t MachineWrap::capture_bounded(Machine& m, const std::string& dir, uint64_t timeout_ms) {
+  struct Wait {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    const char* code = nullptr;  // one of the static code:: constants
+    std::string message;
+  };
+  auto w = std::make_shared<Wait>();
+  m.pause([w](const char* c, const std::string& message) {
+    std::lock_guard<std::mutex> lock(w->mu);
+    w->done = true;
+    w->code = c;
+    w->message = message;
+    w->cv.notify_all();
+  });
+  {
+    std::unique_lock<std::mutex> lock(w->mu);
+    if (!w->cv.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return w->done; }))
+      throw Error(code::kTimeout, "captureNow: the machine did not pause within " + std::to_string(timeout_ms) + " ms");
+    if (w->code && *w->code) throw Error(w->code, w->message);
+  }
+  return m.capture(dir).generation;
+}
+
+// setTeardownCapture(dir | null, timeoutMs?): a machine still running when its environment ends
+// (a worker thread ending or terminated: no JS runs there any more) is captured into `dir` by the
+// cleanup hook, bounded like captureNow, before it is stopped. null: no capture (the default;
+// a sandbox clears it when it pauses or is killed).
+Napi::Value MachineWrap::set_teardown_capture(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guarded(env, [&]() -> Napi::Value {
+    if (info[0].IsNull() || info[0].IsUndefined()) {
+      teardown_capture_dir_.clear();
+      return env.Undefined();
     }
-    struct Wait {
-      std::mutex mu;
-      std::condition_variable cv;
-      bool done = false;
-      const char* code = nullptr;  // one of the static code:: constants
-      std::string message;
-    };
-    auto w = std::make_shared<Wait>();
-    m.pause([w](const char* c, const std::string& message) {
-      std::lock_guard<std::mutex> lock(w->mu);
-      w->done = true;
-      w->code = c;
-      w->message = message;
-      w->cv.notify_all();
-    });
-    {
-      std::unique_lock<std::mutex> lock(w->mu);
-      if (!w->cv.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return w->done; }))
-        throw Error(code::kTimeout, "captureNow: the machine did not pause within " + std::to_string(timeout_ms) + " ms");
-      if (w->code && *w->code) throw Error(w->code, w->message);
-    }
-    CaptureResult r = m.capture(dir);
-    return Napi::Number::New(env, static_cast<double>(r.generation));
+    if (!info[0].IsString()) throw Error(code::kInvalidArgument, "setTeardownCapture: dir must be a string or null");
+    std::string dir = info[0].As<Napi::String>().Utf8Value();
+    if (dir.empty()) throw Error(code::kInvalidArgument, "setTeardownCapture: dir must not be empty");
+    uint64_t timeout_ms = capture_timeout_ms(info[1], "setTeardownCapture");
+    teardown_capture_dir_ = std::move(dir);
+    teardown_capture_timeout_ms_ = timeout_ms;
+    return env.Undefined();
   });
 }
 
@@ -466,6 +496,15 @@ void MachineWrap::cleanup_hook(void* arg) {
   auto* self = static_cast<MachineWrap*>(arg);
   self->hook_registered_ = false;
   if (self->handle_) self->handle_->wrap = nullptr;
+  // A sandbox's machine still running (DESIGN §5, worker threads): a bounded capture first, so a
+  // later connect continues it from memory. Best effort: a failure leaves the last generation.
+  if (!self->teardown_capture_dir_.empty() && !self->torn_down_ && !self->stopping_ && self->machine_ &&
+      !self->machine_->released()) {
+    try {
+      capture_bounded(*self->machine_, self->teardown_capture_dir_, self->teardown_capture_timeout_ms_);
+    } catch (...) {
+    }
+  }
   // The environment ends (worker end, process end): free everything before
   // returning, KVM objects included, and wait for machines released earlier.
   self->teardown(false);

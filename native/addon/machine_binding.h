@@ -3,7 +3,8 @@
 // Lifetime: while a machine runs, the JS object is kept alive by a strong
 // reference of its own (a running VM is not garbage), released at its exit
 // event. An env cleanup hook, registered after the thread-safe function so
-// that it runs before Node finalizes it, stops the machine, joins its
+// that it runs before Node finalizes it, captures the machine when JS asked for
+// it (setTeardownCapture: a sandbox's machine), stops it, joins its
 // threads and only then releases the thread-safe function (worker exit,
 // normal process end). process.exit() is covered by addon_state's atexit.
 #pragma once
@@ -59,6 +60,10 @@ class MachineWrap : public Napi::ObjectWrap<MachineWrap> {
   Napi::Value start(const Napi::CallbackInfo& info);
   Napi::Value snapshot(const Napi::CallbackInfo& info);
   Napi::Value capture_now(const Napi::CallbackInfo& info);
+  Napi::Value set_teardown_capture(const Napi::CallbackInfo& info);
+  // Pauses (bounded by timeout_ms: TIMEOUT, nothing written) and captures a generation into
+  // dir on the calling thread; returns the generation. captureNow's and the cleanup hook's work.
+  static uint64_t capture_bounded(Machine& m, const std::string& dir, uint64_t timeout_ms);
   Napi::Value dirty_page_count(const Napi::CallbackInfo& info);
   Napi::Value prepare_restores(const Napi::CallbackInfo& info);
   Napi::Value state_parts(const Napi::CallbackInfo& info);
@@ -103,6 +108,10 @@ class MachineWrap : public Napi::ObjectWrap<MachineWrap> {
   bool hook_registered_ = false;
   bool torn_down_ = false;
   bool stopping_ = false;  // stop() was called: the worker releases the machine
+  // setTeardownCapture: where the cleanup hook captures a machine still running when its
+  // environment ends (a worker thread ending or terminated); empty: no capture.
+  std::string teardown_capture_dir_;
+  uint64_t teardown_capture_timeout_ms_ = 2000;
 };
 
 }  // namespace torpor

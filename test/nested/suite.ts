@@ -34,7 +34,7 @@ export const LINUX_FILES: Record<string, number> = {
   'vmm-linux': 1,
   'vmm-linux-snapshot': 2,
   'sandbox-linux': 2,
-  'sandbox-linux-pause': 3,
+  'sandbox-linux-pause': 4,
   'api-e2b-linux': 1,
 };
 
