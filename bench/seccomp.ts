@@ -8,24 +8,18 @@ import { mkdir, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-import { Machine } from '../lib/vm/machine.js';
-import { MMIO_LOOP, PIO_LOOP, pvhElf32, sleep, writeTemp } from '../test/vmm-guests.js';
+import { MMIO_LOOP, PIO_LOOP, pvhElf32, writeTemp } from '../test/vmm-guests.js';
+import { exitLoop } from './vmm.js';
 
 async function roundTripUs(kernel: string, kind: 'pio' | 'mmio', seconds: number, seccomp: boolean): Promise<number> {
+  // Read when the machine is built, at the start of exitLoop.
   if (seccomp) delete process.env.TORPOR_SECCOMP;
   else process.env.TORPOR_SECCOMP = 'off';
-  const m = Machine.create({ kernel, vcpus: 1, memoryMiB: 16 });
-  delete process.env.TORPOR_SECCOMP;
-  await m.start();
-  await sleep(50);
-  const a = m.stats();
-  const t0 = process.hrtime.bigint();
-  await sleep(seconds * 1000);
-  const b = m.stats();
-  const us = Number(process.hrtime.bigint() - t0) / 1000;
-  await m.stop();
-  const exits = kind === 'pio' ? b.pioExits - a.pioExits : b.mmioExits - a.mmioExits;
-  return us / Math.max(1, exits);
+  try {
+    return (await exitLoop(kernel, kind, seconds)).us;
+  } finally {
+    delete process.env.TORPOR_SECCOMP;
+  }
 }
 
 const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? NaN;

@@ -34,7 +34,7 @@ function firstConsole(m: Machine, timeoutMs = 10_000): Promise<bigint> {
 }
 
 /** Exits per second of a guest spinning on one kind of exit, and the round trip that implies. */
-async function exitLoop(kernel: string, kind: 'pio' | 'mmio', seconds: number): Promise<{ us: number; exits: number }> {
+export async function exitLoop(kernel: string, kind: 'pio' | 'mmio', seconds: number): Promise<{ us: number; exits: number }> {
   const m = Machine.create({ kernel, vcpus: 1, memoryMiB: 16 });
   await m.start();
   await sleep(50);

@@ -21,6 +21,7 @@ import {
   kvmSkipReason,
   pvhElf32,
   sleep,
+  waitExit,
   writeTemp,
 } from './vmm-guests.js';
 import { bound } from './bounds.js';
@@ -30,17 +31,6 @@ const kvmTest = testUnless('vmm-boot', kvmSkipReason(), 'kvm');
 
 const pvh = writeTemp('pvh.elf', pvhElf32());
 
-// Machines do not keep the event loop alive by themselves (DESIGN §5): the
-// timer does while the test waits for the exit event.
-function waitExit(m: Machine, timeoutMs = 10_000): Promise<{ state: string; kind: string; message: string }> {
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`no exit event within ${timeoutMs} ms`)), timeoutMs);
-    m.once('exit', (state, r) => {
-      clearTimeout(timer);
-      resolve({ state, kind: r.kind, message: r.message });
-    });
-  });
-}
 
 async function expectCode(fn: () => unknown, code: string, re?: RegExp) {
   try {

@@ -275,3 +275,15 @@ export async function testvmCommand(m: Machine, line: string, key: string, timeo
     await sleep(5);
   }
 }
+
+// Machines do not keep the event loop alive by themselves (DESIGN §5): the
+// timer does while the test waits for the exit event.
+export function waitExit(m: Machine, timeoutMs = 10_000): Promise<{ state: string; kind: string; message: string }> {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`no exit event within ${timeoutMs} ms`)), timeoutMs);
+    m.once('exit', (state, r) => {
+      clearTimeout(timer);
+      resolve({ state, kind: r.kind, message: r.message });
+    });
+  });
+}

@@ -11,7 +11,7 @@ import * as assert from 'uvu/assert';
 
 import { TorporError } from '../lib/errors.js';
 import { Machine } from '../lib/vm/machine.js';
-import { PVH_BANNER, kvmSkipReason, pvhElf32, writeTemp } from './vmm-guests.js';
+import { PVH_BANNER, kvmSkipReason, pvhElf32, waitExit, writeTemp } from './vmm-guests.js';
 import { testUnless } from './skip-unless.js';
 
 const kvmTest = testUnless('vmm-seccomp', kvmSkipReason(), 'kvm');
@@ -28,15 +28,6 @@ function forbiddenCallGuest(value: 1 | 2): string {
   return writeTemp(`seccomp-${value}.elf`, pvhElf32(code));
 }
 
-function waitExit(m: Machine, timeoutMs = 10_000): Promise<{ state: string; kind: string; message: string }> {
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`no exit event within ${timeoutMs} ms`)), timeoutMs);
-    m.once('exit', (state, r) => {
-      clearTimeout(timer);
-      resolve({ state, kind: r.kind, message: r.message });
-    });
-  });
-}
 
 /** The Seccomp field of /proc/self/task/<tid>/status for each thread with this name prefix. */
 function seccompModes(prefix: string): number[] {
