@@ -88,6 +88,26 @@ export interface NativeMachineStats {
   firstExitAtNs: bigint;
   /** Where construction (create, or restore from the restore call on) spent its time, phase by phase (ms). */
   buildPhasesMs: Record<string, number>;
+  /** The vsock device's counters, when the machine has one (it is running or paused). */
+  vsock?: NativeVsockStats;
+}
+
+export interface NativeVsockStats {
+  txPackets: number;
+  rxPackets: number;
+  dropped: number;
+  rstSent: number;
+  /** Connections established, and those in the table now. */
+  connections: number;
+  live: number;
+  /** Transport-reset events delivered (one per restore). */
+  events: number;
+  knocks: number;
+  /** Host connection requests held after a transport reset until the guest re-posted its event buffer. */
+  heldRequests: number;
+  /** Holds that ended by the device's time limit instead, with no re-post seen (native/devices/virtio/vsock/README.md). */
+  refillTimeouts: number;
+  lastDrop: string;
 }
 
 /** What a capture wrote (Machine.snapshot). */

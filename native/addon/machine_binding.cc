@@ -810,6 +810,22 @@ Napi::Value MachineWrap::stats(const Napi::CallbackInfo& info) {
     Napi::Object phases = Napi::Object::New(info.Env());
     for (const auto& [name, ms] : s.build_phases) phases.Set(name, ms);
     o.Set("buildPhasesMs", phases);
+    if (VsockHost* host = any_machine().vsock()) {
+      VsockStats v = host->stats();
+      Napi::Object vs = Napi::Object::New(info.Env());
+      vs.Set("txPackets", static_cast<double>(v.tx_packets));
+      vs.Set("rxPackets", static_cast<double>(v.rx_packets));
+      vs.Set("dropped", static_cast<double>(v.dropped));
+      vs.Set("rstSent", static_cast<double>(v.rst_sent));
+      vs.Set("connections", static_cast<double>(v.connections));
+      vs.Set("live", static_cast<double>(v.live));
+      vs.Set("events", static_cast<double>(v.events));
+      vs.Set("knocks", static_cast<double>(v.knocks));
+      vs.Set("heldRequests", static_cast<double>(v.held_requests));
+      vs.Set("refillTimeouts", static_cast<double>(v.refill_timeouts));
+      vs.Set("lastDrop", v.last_drop);
+      o.Set("vsock", vs);
+    }
     return o;
   });
 }

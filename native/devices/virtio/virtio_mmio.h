@@ -60,6 +60,22 @@ struct VsockOptions {
   uint64_t guest_cid = 3;
 };
 
+// Counters of the vsock device (VsockHost::stats).
+struct VsockStats {
+  uint64_t tx_packets = 0;     // packets taken from the tx queue
+  uint64_t rx_packets = 0;     // packets written to the rx queue
+  uint64_t dropped = 0;        // malformed packets dropped
+  uint64_t rst_sent = 0;
+  uint64_t connections = 0;    // connections established
+  uint64_t live = 0;           // connections now in the table
+  uint64_t events = 0;         // transport reset events delivered
+  uint64_t knocks = 0;         // guest REQUESTs to a knock port (VsockHost::set_knock_ports)
+  // After a transport reset, host REQUESTs wait until the guest re-posts its event buffer:
+  uint64_t held_requests = 0;    // REQUESTs that waited so
+  uint64_t refill_timeouts = 0;  // waits that ended at kEventRefillWaitMs, with no re-post seen
+  std::string last_drop;       // why the last packet was dropped
+};
+
 // Host side of the vsock device: host-initiated stream connections.
 class VsockHost {
  public:
@@ -84,6 +100,8 @@ class VsockHost {
   // Knocks counted on each knock port since set_knock_ports (latched: a
   // waiter that looks late still sees them), in port order.
   virtual std::vector<std::pair<uint32_t, uint64_t>> knocks() const = 0;
+  // The device's counters (takes the transport's lock).
+  virtual VsockStats stats() const = 0;
 };
 
 std::unique_ptr<VirtioMmioDevice> make_virtio_blk(GuestMemory& mem, IrqLine& irq, EventLoop& loop,

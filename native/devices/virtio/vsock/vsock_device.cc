@@ -500,7 +500,12 @@ bool VsockDevice::event_refilled() {
   if (!awaiting_event_refill_) return true;
   Virtqueue& q = transport_->queue(kEventQueue);
   std::optional<uint16_t> idx = q.ready() ? mem_.read_obj<uint16_t>(q.avail_ring() + 2) : std::nullopt;
-  if (!idx || *idx != event_avail_mark_ || Clock::now() >= refill_deadline_) awaiting_event_refill_ = false;
+  if (!idx || *idx != event_avail_mark_) {
+    awaiting_event_refill_ = false;
+  } else if (Clock::now() >= refill_deadline_) {
+    awaiting_event_refill_ = false;
+    stats_.refill_timeouts++;
+  }
   return !awaiting_event_refill_;
 }
 
@@ -567,6 +572,10 @@ bool VsockDevice::pump_rx_once(bool* starved) {
   bool hold_requests = !event_refilled();
   for (size_t i = 0; i < control_.size() && !*starved;) {
     if (hold_requests && control_[i].op == vsock::kOpRequest) {
+      if (!control_[i].held) {
+        control_[i].held = true;
+        stats_.held_requests++;
+      }
       i++;
       continue;
     }

@@ -47,17 +47,6 @@
 
 namespace torpor {
 
-struct VsockStats {
-  uint64_t tx_packets = 0;     // packets taken from the tx queue
-  uint64_t rx_packets = 0;     // packets written to the rx queue
-  uint64_t dropped = 0;        // malformed packets dropped
-  uint64_t rst_sent = 0;
-  uint64_t connections = 0;    // connections established
-  uint64_t live = 0;           // connections now in the table
-  uint64_t events = 0;         // transport reset events delivered
-  uint64_t knocks = 0;         // guest REQUESTs to a knock port (VsockHost::set_knock_ports)
-  std::string last_drop;       // why the last packet was dropped
-};
 
 class VsockDevice final : public VirtioDevice, public VsockHost {
  public:
@@ -114,7 +103,7 @@ class VsockDevice final : public VirtioDevice, public VsockHost {
   std::vector<std::pair<uint32_t, uint64_t>> knocks() const override;  // takes the transport's lock
 
   uint64_t guest_cid() const { return guest_cid_; }
-  VsockStats stats() const;  // takes the transport's lock
+  VsockStats stats() const override;  // takes the transport's lock
 
  private:
   using Done = std::function<void(int, const char*, const std::string&)>;
@@ -138,6 +127,7 @@ class VsockDevice final : public VirtioDevice, public VsockHost {
     uint32_t peer_port;
     uint16_t op;
     uint32_t flags;
+    bool held = false;  // a REQUEST counted in stats_.held_requests once
   };
   // Lets callbacks and posted closures find out whether the device still exists.
   struct Life {
