@@ -103,10 +103,9 @@ export interface NativeVsockStats {
   /** Transport-reset events delivered (one per restore). */
   events: number;
   knocks: number;
-  /** Host connection requests held after a transport reset until the guest re-posted its event buffer. */
+  /** Host connection requests held after a transport reset until the guest re-posted its event buffer
+   *  (native/devices/virtio/vsock/README.md). */
   heldRequests: number;
-  /** Holds that ended by the device's time limit instead, with no re-post seen (native/devices/virtio/vsock/README.md). */
-  refillTimeouts: number;
   lastDrop: string;
 }
 

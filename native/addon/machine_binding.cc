@@ -822,7 +822,6 @@ Napi::Value MachineWrap::stats(const Napi::CallbackInfo& info) {
       vs.Set("events", static_cast<double>(v.events));
       vs.Set("knocks", static_cast<double>(v.knocks));
       vs.Set("heldRequests", static_cast<double>(v.held_requests));
-      vs.Set("refillTimeouts", static_cast<double>(v.refill_timeouts));
       vs.Set("lastDrop", v.last_drop);
       o.Set("vsock", vs);
     }

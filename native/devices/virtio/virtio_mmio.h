@@ -70,9 +70,8 @@ struct VsockStats {
   uint64_t live = 0;           // connections now in the table
   uint64_t events = 0;         // transport reset events delivered
   uint64_t knocks = 0;         // guest REQUESTs to a knock port (VsockHost::set_knock_ports)
-  // After a transport reset, host REQUESTs wait until the guest re-posts its event buffer:
-  uint64_t held_requests = 0;    // REQUESTs that waited so
-  uint64_t refill_timeouts = 0;  // waits that ended at kEventRefillWaitMs, with no re-post seen
+  // Host REQUESTs that waited after a transport reset until the guest re-posted its event buffer.
+  uint64_t held_requests = 0;
   std::string last_drop;       // why the last packet was dropped
 };
 

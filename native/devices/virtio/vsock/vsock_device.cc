@@ -500,12 +500,7 @@ bool VsockDevice::event_refilled() {
   if (!awaiting_event_refill_) return true;
   Virtqueue& q = transport_->queue(kEventQueue);
   std::optional<uint16_t> idx = q.ready() ? mem_.read_obj<uint16_t>(q.avail_ring() + 2) : std::nullopt;
-  if (!idx || *idx != event_avail_mark_) {
-    awaiting_event_refill_ = false;
-  } else if (Clock::now() >= refill_deadline_) {
-    awaiting_event_refill_ = false;
-    stats_.refill_timeouts++;
-  }
+  if (!idx || *idx != event_avail_mark_) awaiting_event_refill_ = false;
   return !awaiting_event_refill_;
 }
 
@@ -535,7 +530,6 @@ void VsockDevice::deliver_reset_event() {
   // before that could be reset along with the old connections.
   awaiting_event_refill_ = true;
   event_avail_mark_ = mem_.read_obj<uint16_t>(q.avail_ring() + 2).value_or(0);
-  refill_deadline_ = Clock::now() + std::chrono::milliseconds(kEventRefillWaitMs);
 }
 
 bool VsockDevice::pump_rx_once(bool* starved) {
@@ -661,7 +655,7 @@ void VsockDevice::arm_timer() {
   if (awaiting_event_refill_) {
     bool held = std::any_of(control_.begin(), control_.end(),
                             [](const Control& c) { return c.op == vsock::kOpRequest; });
-    if (held) next = std::min({next, Clock::now() + kRefillPoll, refill_deadline_});
+    if (held) next = std::min(next, Clock::now() + kRefillPoll);
   }
   itimerspec its{};
   if (next != Clock::time_point::max()) {

@@ -55,11 +55,12 @@ class VsockDevice final : public VirtioDevice, public VsockHost {
   // How long after the host closed a connection we wait for the guest's RST.
   static constexpr int kCloseTimeoutMs = 2000;
   // After a transport reset, REQUESTs are held until the guest re-posts an
-  // event buffer (its reset handling is done by then), or at most this long.
-  // The host connects to a restored agent once, with no retry
-  // (lib/sandbox/readiness.ts), so this covers a slow guest (an emulated
-  // nested host takes seconds); each connect's own timeout still ends it.
-  static constexpr int kEventRefillWaitMs = 10000;
+  // event buffer: Linux resets its sockets *silently* (no RST to the host)
+  // and only then re-posts, so a connection it accepted before that would be
+  // dead on the guest's side and alive on ours, a host waiting forever for an
+  // answer. There is no time limit of the device's own (a limit would bring
+  // that back whenever the guest is slower than it, as in an emulated nested
+  // host under load): each connect's own timeout ends the wait.
   // Control packets (RST, CREDIT_UPDATE...) queued for the guest at most;
   // beyond it the tx queue is left alone until the guest takes some.
   static constexpr size_t kMaxControl = 1024;
@@ -185,7 +186,6 @@ class VsockDevice final : public VirtioDevice, public VsockHost {
   bool reset_event_pending_ = false;
   bool awaiting_event_refill_ = false;
   uint16_t event_avail_mark_ = 0;
-  Clock::time_point refill_deadline_{};
   std::map<uint32_t, uint64_t> knocks_;  // knock port -> knocks counted (fixed set of keys)
   std::function<void()> knocked_;
   bool knock_report_posted_ = false;  // a report waits on the I/O thread

@@ -621,6 +621,9 @@ TEST("vsock device: transport reset drops connections, then holds REQUESTs until
   auto r = g.connect(8002);
   Packet p;
   CHECK(!g.next_op(kOpRequest, &p, 40));  // held: the guest is still resetting
+  CHECK_EQ(g.stats().held_requests, uint64_t{1});
+  // However long the guest takes: no limit of the device's own lets it through early.
+  CHECK(!g.next_op(kOpRequest, &p, 300));
   g.post_event();                        // ...done: it re-posts the buffer
   CHECK(g.next_op(kOpRequest, &p, 1000));
   CHECK_EQ(p.h.dst_port, 8002u);
