@@ -28,6 +28,8 @@ export interface NativeDiskConfig {
   base: string;
   /** Copy-on-write overlay data file (format: docs/overlay.md); created if missing. */
   overlay: string;
+  /** Overlays frozen by snapshot generations, oldest first, opened read-only under `overlay`. */
+  frozen?: string[];
   readOnly?: boolean;
   serial?: string;
 }
@@ -114,6 +116,9 @@ export interface NativeMachine {
    * out (capturedMs), while the generation is made durable. Rejects with INVALID_STATE unless running or paused, IO_ERROR on a write failure.
    */
   snapshot(dir: string, resumeWhenCaptured?: boolean): Promise<NativeSnapshotResult>;
+  /** Pauses (bounded by timeoutMs, default 2000) and captures a generation into dir on the calling
+   *  thread; returns its number. For the process's end only ('exit' handlers). */
+  captureNow(dir: string, timeoutMs?: number): number;
   /** Pages written since the last generation (guest and devices). Reads KVM's dirty log; loses nothing. */
   dirtyPageCount(): number;
   /** `count` restores of this machine's snapshots are coming (fork): VM shells are built ahead for them. */

@@ -110,7 +110,7 @@ kvmTest('create -> knock on vsock 1023 -> vsock 1024 -> HELLO, with the director
     const dir = join(home, 'sandboxes', sbx.id);
     assert.is(internals(sbx).dir, dir);
     assert.equal(await sandboxDirs(), [sbx.id]);
-    assert.equal((await readdir(dir)).sort(), ['console.log', 'meta.json', 'overlay', 'overlay.map']);
+    assert.equal((await readdir(dir)).sort(), ['console.log', 'meta.json', 'overlay', 'overlay.map', 'owner.lock']);
 
     const meta = JSON.parse(await readFile(join(dir, 'meta.json'), 'utf8'));
     assert.is(meta.id, sbx.id);

@@ -48,6 +48,7 @@ export class AgentClient {
   private readonly closeListeners = new Set<(err: TorporError | undefined) => void>();
   /** Number of successful reconnects (tests and diagnostics). */
   reconnects = 0;
+  private idleUnref = false;
 
   private constructor(
     private readonly dial: Dial | null,
@@ -88,6 +89,19 @@ export class AgentClient {
     return () => this.closeListeners.delete(listener);
   }
 
+  /**
+   * With `on`, the transport keeps the process alive only while a request is in flight: an idle
+   * session lets Node reach `beforeExit` (a Sandbox pauses there). Off by default.
+   */
+  setIdleUnref(on: boolean): void {
+    this.idleUnref = on;
+    this.updateRef();
+  }
+
+  private updateRef(): void {
+    this.conn?.setRef(!this.idleUnref || this.live.size > 0);
+  }
+
   /** PING round trip in milliseconds (fractional). */
   async ping(timeoutMs = 5000): Promise<number> {
     const conn = await this.connection_();
@@ -103,6 +117,7 @@ export class AgentClient {
     }
     const stream = new RequestStream(this.host, type, fields, handler, opts.flags ?? 0, opts.requestId);
     this.live.add(stream);
+    this.updateRef();
     stream.issue();
     return stream;
   }
@@ -180,10 +195,14 @@ export class AgentClient {
     },
     unregister: (stream) => {
       if (this.streams.get(stream.id) === stream) this.streams.delete(stream.id);
-      if (stream.done) this.live.delete(stream);
+      if (stream.done) {
+        this.live.delete(stream);
+        this.updateRef();
+      }
     },
     revive: (stream) => {
       this.live.add(stream);
+      this.updateRef();
     },
     usable: () => !this.closedByUser && (this.conn !== null || this.reconnecting !== null),
     newRequestId: () => {
@@ -259,6 +278,7 @@ export class AgentClient {
           this.conn = conn;
           this.reconnects++;
           this.reissueAll();
+          this.updateRef();
           return;
         } catch (err) {
           lastErr = err;
@@ -297,6 +317,7 @@ export class AgentClient {
     this.streams.clear();
     const all = [...this.live];
     this.live.clear();
+    this.updateRef();
     for (const stream of all) stream.fail(err);
   }
 

@@ -66,6 +66,13 @@ export class Connection {
     return this.closed;
   }
 
+  /** Whether the socket keeps the process alive (net.Socket ref/unref; other Duplexes: no-op). */
+  setRef(on: boolean): void {
+    const s = this.socket as Duplex & { ref?: () => void; unref?: () => void };
+    if (on) s.ref?.();
+    else s.unref?.();
+  }
+
   /** Writes one frame; returns false when the socket asks the writer to wait for drain. */
   send(stream: number, type: number, flags: number, payload?: Buffer): boolean {
     if (this.closed) return false;

@@ -1,24 +1,44 @@
-// Sandbox: a Linux microVM whose guest agent runs commands and moves files.
+// Sandbox: a Linux microVM whose guest agent runs commands and moves files, and that can be
+// paused into its directory and continued later, in this process or in another one.
 //
 //   await using sbx = await Sandbox.create()
 //   const r = await sbx.commands.run(['python3', '-c', 'print(6*7)'])
+//   await sbx.pause()                                   // RAM, processes, files: into its directory
+//   const again = await Sandbox.connect(sbx.sandboxId)  // hours later, from any process
 //
 // create(): validate options -> check this host can boot a Linux guest -> ensureArtifacts()
-// (kernel, root filesystem with the agent as /usr/sbin/torpor-agent) -> a directory under
-// TORPOR_HOME/sandboxes/<id>/ (meta.json, the disk overlay, console.log) -> a Machine with the
-// root filesystem as /dev/vda -> the agent's knock on vsock port 1023 -> vsock port 1024 -> HELLO.
-import { randomBytes } from 'node:crypto';
+// (kernel, root filesystem with the agent as /usr/sbin/torpor-agent) -> its directory
+// (lib/store/sandbox-dir.ts) with the owner lock taken -> a Machine with the root filesystem as
+// /dev/vda -> the agent's knock on vsock port 1023 (readiness.ts) -> vsock port 1024 -> HELLO.
+// pause() / connect(): docs/sandbox-lifecycle.md. States and transitions: lifecycle.ts.
 import { existsSync } from 'node:fs';
-import { mkdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
-import { join } from 'node:path';
+import { readFile, stat } from 'node:fs/promises';
 
-import { KvmUnavailableError, TemplateNotFoundError } from '../errors.js';
+import { KvmUnavailableError, SandboxNotFoundError, TemplateNotFoundError, TorporError } from '../errors.js';
 import type { AgentClient } from '../agent/client.js';
 import { homeLayout, torporHome } from '../store/home.js';
+import { takeOwnerLock, type OwnerLock } from '../store/owner-lock.js';
+import {
+  SandboxDir,
+  checkSandboxId,
+  newSandboxId,
+  sandboxIds,
+  type OnTimeout,
+  type SandboxMeta,
+} from '../store/sandbox-dir.js';
 import { Machine } from '../vm/machine.js';
 import { createAgentApi } from './agent-api.js';
-import { AGENT_KNOCK_PORT, GUEST_CID, awaitBootedAgent } from './readiness.js';
+import { syncGuest } from './guest-requests.js';
+import { infoOf, type SandboxInfo } from './info.js';
+import { IdleTimer } from './idle-timer.js';
+import { Lifecycle, SANDBOX_STATES, isSandboxState, type SandboxState } from './lifecycle.js';
+import { installSignalHandlers, registerRunning, unregisterRunning } from './process-exit.js';
+import { AGENT_KNOCK_PORT, GUEST_CID, awaitBootedAgent, awaitRestoredAgent } from './readiness.js';
+import { resume, type ConnectOpts, type Running } from './resume.js';
+export type { ConnectOpts } from './resume.js';
+export type { SandboxInfo } from './info.js';
 export { GUEST_CID };
+export type { SandboxState } from './lifecycle.js';
 import type { Commands } from './commands.js';
 import type { Files } from './files.js';
 import type { Pty } from './pty.js';
@@ -44,8 +64,33 @@ export interface SandboxOpts {
     /** How long to wait for the agent to knock and answer (default 30 s; a PVM host is slower). */
     timeoutMs?: number;
   };
-  /** Kill the sandbox after this long (default: never). */
+  /** After this long without activity (API calls, command output), `lifecycle.onTimeout`
+   *  happens (default: never). Kept across pause and connect. */
   timeoutMs?: number;
+  lifecycle?: {
+    /** What the timeout does: 'kill' (default) or 'pause' (a paused sandbox costs disk only). */
+    onTimeout?: OnTimeout;
+  };
+}
+
+
+export interface PauseResult {
+  sandboxId: string;
+  generation: number;
+  /** Bytes the generation wrote. */
+  bytes: number;
+  /** Machine state and memory read (ms from the capture's start), and the generation durable. */
+  capturedMs: number;
+  durableMs: number;
+  pausedAt: Date;
+}
+
+
+/** Sandbox.list's filters. */
+export interface ListOpts {
+  state?: SandboxState | SandboxState[];
+  /** Only sandboxes whose metadata has every one of these keys with these values. */
+  metadata?: Record<string, string>;
 }
 
 export const GUEST_CMDLINE =
@@ -53,7 +98,11 @@ export const GUEST_CMDLINE =
   'acpi=off root=/dev/vda rw init=/usr/sbin/torpor-agent quiet';
 export { AGENT_KNOCK_PORT, AGENT_VSOCK_PORT, awaitBootedAgent, awaitRestoredAgent } from './readiness.js';
 
-const OPT_KEYS = ['template', 'vcpus', 'memoryMiB', 'envs', 'metadata', 'boot', 'timeoutMs'] as const;
+const OPT_KEYS = ['template', 'vcpus', 'memoryMiB', 'envs', 'metadata', 'boot', 'timeoutMs', 'lifecycle'] as const;
+/** How long the guest has to answer SYNC before a pause captures without it. */
+const SYNC_TIMEOUT_MS = 10_000;
+/** How long the capture of an ending process waits for the vCPUs to park. */
+const EXIT_CAPTURE_TIMEOUT_MS = 2_000;
 
 function validate(opts: SandboxOpts): void {
   checkObject('opts', opts);
@@ -64,12 +113,24 @@ function validate(opts: SandboxOpts): void {
   checkEnvs('opts.envs', opts.envs);
   checkEnvs('opts.metadata', opts.metadata);
   checkInt('opts.timeoutMs', opts.timeoutMs, 1, 2 ** 31 - 1);
+  checkObject('opts.lifecycle', opts.lifecycle);
+  checkKnownKeys('opts.lifecycle', opts.lifecycle, ['onTimeout']);
+  const onTimeout = opts.lifecycle?.onTimeout;
+  if (onTimeout !== undefined && onTimeout !== 'pause' && onTimeout !== 'kill') fail('opts.lifecycle.onTimeout', "'pause' or 'kill'", onTimeout);
   checkObject('opts.boot', opts.boot);
   checkKnownKeys('opts.boot', opts.boot, ['kernel', 'cmdlineExtra', 'timeoutMs']);
   checkString('opts.boot.kernel', opts.boot?.kernel, { nonEmpty: true });
   checkString('opts.boot.cmdlineExtra', opts.boot?.cmdlineExtra);
   checkInt('opts.boot.timeoutMs', opts.boot?.timeoutMs, 1, 2 ** 31 - 1);
   if (opts.boot?.kernel !== undefined && !existsSync(opts.boot.kernel)) fail('opts.boot.kernel', 'an existing file', opts.boot.kernel);
+}
+
+function validateConnect(opts: ConnectOpts): void {
+  checkObject('opts', opts);
+  checkKnownKeys('opts', opts, ['onResume', 'restoreTimeoutMs', 'bootTimeoutMs']);
+  if (opts.onResume !== undefined && opts.onResume !== 'restore' && opts.onResume !== 'reboot') fail('opts.onResume', "'restore' or 'reboot'", opts.onResume);
+  checkInt('opts.restoreTimeoutMs', opts.restoreTimeoutMs, 1, 2 ** 31 - 1);
+  checkInt('opts.bootTimeoutMs', opts.bootTimeoutMs, 1, 2 ** 31 - 1);
 }
 
 /** Whether this host can boot a Linux guest, and if not, exactly why and what to do. */
@@ -95,31 +156,139 @@ async function recordedKernel(): Promise<boolean> {
   }
 }
 
+
+
+const SANDBOX_BUSY = (id: string, pid: number | null) =>
+  new TorporError(
+    'SANDBOX_BUSY',
+    `sandbox ${id} is in use by ${pid ? `process ${pid}` : 'another process'}: pause it there (or end that process), then connect again`,
+  );
+
 export class Sandbox implements AsyncDisposable {
-  readonly id: string;
+  readonly sandboxId: string;
   readonly commands: Commands;
   readonly files: Files;
   readonly pty: Pty;
-  private killed = false;
-  private lifetimeTimer: NodeJS.Timeout | undefined;
+  /** The sandbox's directory (tests and diagnostics read it; the API does not expose it). */
+  private readonly dir: string;
+  readonly #dir: SandboxDir;
+  #meta: SandboxMeta;
+  #run: Running | null;
+  readonly #life: Lifecycle;
+  #idle: IdleTimer | undefined;
+  /** Foreground commands.run calls in flight: a pause lets them finish first. */
+  readonly #foreground = new Set<Promise<unknown>>();
+  /** Requests the sandbox itself sends while pausing (SYNC). */
+  #internal = false;
+  /** The pause in progress: connect and kill in this process wait for it. */
+  #pausing: Promise<PauseResult> | null = null;
 
-  private constructor(
-    id: string,
-    private readonly dir: string,
-    private readonly machine: Machine,
-    private readonly client: AgentClient,
-    envs: Record<string, string> | undefined,
-  ) {
-    this.id = id;
-    const api = createAgentApi(() => this.client, envs ? { envs } : {});
+  private constructor(dir: SandboxDir, meta: SandboxMeta, run: Running) {
+    this.sandboxId = dir.id;
+    this.dir = dir.path;
+    this.#dir = dir;
+    this.#meta = meta;
+    this.#run = run;
+    this.#life = new Lifecycle('running', `sandbox ${dir.id}`);
+    const api = createAgentApi(() => this.client, Object.keys(meta.envs).length ? { envs: meta.envs } : {});
     this.commands = api.commands;
     this.files = api.files;
     this.pty = api.pty;
+    const run_ = api.commands.run.bind(api.commands) as (...a: unknown[]) => Promise<unknown>;
+    // Foreground runs are tracked so that a pause waits for them (docs/sandbox-lifecycle.md).
+    (api.commands as { run: unknown }).run = (cmd: unknown, opts?: { background?: boolean }) => {
+      const p = run_(cmd, opts);
+      if (opts?.background) return p;
+      this.#foreground.add(p);
+      const done = () => this.#foreground.delete(p);
+      p.then(done, done);
+      return p;
+    };
+    this.#adopt(run);
+    this.#armTimeout();
+    registerRunning(this);
+    live.set(dir.id, this);
+  }
+
+  /** Alias of sandboxId. */
+  get id(): string {
+    return this.sandboxId;
+  }
+
+  /** The sandbox's state in this process: running, pausing, paused, resuming, killed or failed. */
+  get state(): SandboxState {
+    return this.#life.state;
+  }
+
+  isRunning(): boolean {
+    return this.#life.state === 'running';
+  }
+
+  /** The running machine (tests and diagnostics read it; the API does not expose it). */
+  private get machine(): Machine {
+    if (!this.#run) throw this.#notRunning('the machine');
+    return this.#run.machine;
+  }
+
+  private get client(): AgentClient {
+    if (!this.#run) throw this.#notRunning('this request');
+    return this.#run.client;
+  }
+
+  #notRunning(what: string): TorporError {
+    try {
+      this.#life.require(what, 'running');
+    } catch (err) {
+      return err as TorporError;
+    }
+    return new TorporError('INVALID_STATE', `${what}: sandbox ${this.sandboxId} has no machine`);
+  }
+
+  /** Hooks a new machine and client into the sandbox: activity, and the guest ending by itself. */
+  #adopt(run: Running): void {
+    const { client, machine } = run;
+    // An idle session does not keep the process alive: Node reaches beforeExit, which pauses.
+    client.setIdleUnref(true);
+    const open = client.open.bind(client);
+    client.open = (type, fields, handler, opts) => {
+      if (this.#life.state !== 'running' && !this.#internal) this.#life.require('a request to the agent', 'running');
+      this.#idle?.touch();
+      return open(
+        type,
+        fields,
+        {
+          onFrame: (...a) => {
+            this.#idle?.touch();
+            handler.onFrame(...a);
+          },
+          onError: (err) => handler.onError(err),
+          ...(handler.reissue ? { reissue: () => handler.reissue!() } : {}),
+        },
+        opts,
+      );
+    };
     // A guest that stops by itself (panic, reset, poweroff) takes the agent with it: end the
     // session now rather than letting requests wait for reconnects that cannot succeed.
     machine.once('exit', () => {
-      if (!this.killed) void this.client.close();
+      if (this.#run?.machine !== machine || this.#life.state !== 'running') return;
+      void client.close();
+      this.#idle?.stop();
+      this.#life.to('failed');
+      unregisterRunning(this);
     });
+  }
+
+  #armTimeout(): void {
+    this.#idle?.stop();
+    this.#idle = undefined;
+    const ms = this.#meta.timeoutMs;
+    if (!ms) return;
+    this.#idle = new IdleTimer(ms, () => {
+      if (this.#life.state !== 'running') return;
+      const act = this.#meta.onTimeout === 'pause' ? this.pause() : this.kill();
+      act.catch(() => undefined);
+    });
+    this.#idle.start();
   }
 
   static async create(opts: SandboxOpts = {}): Promise<Sandbox> {
@@ -136,10 +305,9 @@ export class Sandbox implements AsyncDisposable {
       throw new KvmUnavailableError(`cannot start a Linux sandbox on this host: ${artifacts.notes.join(' ')}`);
     }
 
-    const id = `sbx_${randomBytes(8).toString('hex')}`;
-    const dir = join(homeLayout(torporHome()).sandboxes, id);
-    const meta = {
-      id,
+    const dir = new SandboxDir(newSandboxId());
+    const meta: SandboxMeta = {
+      id: dir.id,
       template,
       createdAt: new Date().toISOString(),
       vcpus: opts.vcpus ?? 2,
@@ -148,60 +316,359 @@ export class Sandbox implements AsyncDisposable {
       envs: opts.envs ?? {},
       kernel: artifacts.kernel,
       rootfs: artifacts.rootfs,
+      cmdline: opts.boot?.cmdlineExtra ? `${GUEST_CMDLINE} ${opts.boot.cmdlineExtra}` : GUEST_CMDLINE,
       ownerPid: process.pid,
       state: 'starting',
+      ...(opts.timeoutMs ? { timeoutMs: opts.timeoutMs, onTimeout: opts.lifecycle?.onTimeout ?? 'kill' } : {}),
     };
 
     // Every failure from here on stops what was started and removes the sandbox's directory.
+    let lock: OwnerLock | undefined;
     let machine: Machine | undefined;
     let client: AgentClient | undefined;
     try {
-      await mkdir(dir, { recursive: true });
-      await writeMeta(dir, meta);
+      await dir.create();
+      const taken = await takeOwnerLock(dir.lockPath);
+      if (!taken.ok) throw SANDBOX_BUSY(dir.id, taken.ownerPid); // a fresh random id: cannot happen
+      lock = taken.lock;
+      await dir.writeMeta(meta);
       // Built on the thread pool: the kernel file and KVM's VM setup never block the JS thread.
       machine = await Machine.build({
         kernel: artifacts.kernel,
-        cmdline: opts.boot?.cmdlineExtra ? `${GUEST_CMDLINE} ${opts.boot.cmdlineExtra}` : GUEST_CMDLINE,
+        cmdline: meta.cmdline,
         vcpus: meta.vcpus,
         memoryMiB: meta.memoryMiB,
-        disks: [{ base: artifacts.rootfs, overlay: join(dir, 'overlay') }],
+        disks: [{ base: artifacts.rootfs, overlay: dir.firstOverlay }],
         vsockCid: GUEST_CID,
         vsockKnockPorts: [AGENT_KNOCK_PORT],
-        consoleLog: join(dir, 'console.log'),
+        consoleLog: dir.consoleLog,
       });
       await machine.start();
       client = await awaitBootedAgent(machine, opts.boot?.timeoutMs ?? 30_000);
-      const sbx = new Sandbox(id, dir, machine, client, opts.envs);
-      await writeMeta(dir, { ...meta, state: 'running' });
-      if (opts.timeoutMs) {
-        sbx.lifetimeTimer = setTimeout(() => void sbx.kill().catch(() => undefined), opts.timeoutMs);
-        sbx.lifetimeTimer.unref();
-      }
-      return sbx;
+      const running = { ...meta, state: 'running' as const };
+      await dir.writeMeta(running);
+      return new Sandbox(dir, running, { machine, client, lock, diskLayers: [] });
     } catch (err) {
       // The client first: with reconnect on, a client left open would keep dialling a stopped machine.
       await client?.close().catch(() => undefined);
       await machine?.stop().catch(() => undefined);
-      await rm(dir, { recursive: true, force: true }).catch(() => undefined);
+      await dir.remove().catch(() => undefined);
+      await lock?.release().catch(() => undefined);
       throw err;
     }
   }
 
-  /** The guest's recent console output (kernel messages, agent log lines). */
-  consoleLog(): string {
-    return tailText(this.machine);
+  /**
+   * Freezes the sandbox into its directory and gives back its CPU and memory: foreground
+   * `commands.run` calls in flight finish first (new requests are refused meanwhile), the agent
+   * runs `sync`, the machine is captured durably (a full memory image the first time, the pages
+   * written since after that) and stopped, the owner lock is released. The sandbox is then
+   * `paused`: `Sandbox.connect(sandboxId)` continues it, from this process or another.
+   */
+  pause(): Promise<PauseResult> {
+    try {
+      this.#life.require('pause()', 'running');
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    const p = this.#pauseNow();
+    this.#pausing = p;
+    const clear = () => {
+      if (this.#pausing === p) this.#pausing = null;
+    };
+    p.then(clear, clear);
+    return p;
   }
 
-  /** Stops the machine and deletes the sandbox's files. Idempotent. */
-  async kill(): Promise<void> {
-    if (this.killed) return;
-    this.killed = true;
-    if (this.lifetimeTimer) clearTimeout(this.lifetimeTimer);
+  async #pauseNow(): Promise<PauseResult> {
+    const run = this.#run!;
+    this.#life.to('pausing');
+    this.#idle?.stop();
+    // Captured while the guest still ran would be fine for memory, but the output of a command
+    // finishing during the capture would reach nobody: let them end first.
+    await Promise.allSettled([...this.#foreground]);
+    this.#internal = true;
     try {
-      await this.client.close();
-      await this.machine.stop();
+      await syncGuest(run.client, SYNC_TIMEOUT_MS);
+    } catch {
+      // A guest whose agent does not answer is captured anyway: memory and disk taken at one
+      // instant are consistent; only a boot from this generation's disk would miss unsynced data.
     } finally {
-      await rm(this.dir, { recursive: true, force: true });
+      this.#internal = false;
+    }
+    const pausedAt = new Date();
+    await run.client.close();
+    if (!existsSync(this.#dir.metaPath)) {
+      // The directory was removed under a running sandbox (a test's temporary home): a capture
+      // would recreate it. The sandbox ends instead.
+      await run.machine.stop().catch(() => undefined);
+      this.#run = null;
+      unregisterRunning(this);
+      await run.lock.release();
+      this.#life.to('failed');
+      throw new SandboxNotFoundError(`sandbox ${this.sandboxId}: its directory ${this.dir} was removed; nothing to pause into`);
+    }
+    let snap;
+    try {
+      snap = await run.machine.snapshot(this.#dir.snapshots, { stop: true });
+    } catch (err) {
+      await this.#captureFailed(run, err);
+      throw err;
+    }
+    const diskLayers = [...run.diskLayers, `snapshots/gen-${snap.generation}/disk0.overlay`];
+    this.#meta = {
+      ...this.#meta,
+      state: 'paused',
+      ownerPid: null,
+      generation: snap.generation,
+      pausedAt: pausedAt.toISOString(),
+      diskLayers,
+    };
+    try {
+      await this.#dir.writeMeta(this.#meta);
+      await this.#dir.dropUnusedTops(diskLayers).catch(() => undefined);
+    } finally {
+      this.#run = null;
+      unregisterRunning(this);
+      await run.lock.release();
+      this.#life.to('paused');
+    }
+    return {
+      sandboxId: this.sandboxId,
+      generation: snap.generation,
+      bytes: snap.bytes,
+      capturedMs: snap.capturedMs,
+      durableMs: snap.durableMs,
+      pausedAt,
+    };
+  }
+
+  /** The process is ending (an `exit` handler): capture now, synchronously, and record the
+   *  sandbox as paused. Best effort: a failure leaves it as a dead owner's (connect restores the
+   *  last generation). The lock dies with the process. */
+  captureOnExit(): void {
+    const run = this.#run;
+    // A directory removed under a running sandbox (a test's temporary home) is not recreated.
+    if (!run || this.#life.state !== 'running' || !existsSync(this.#dir.metaPath)) return;
+    try {
+      const pausedAt = new Date();
+      const generation = run.machine.captureNow(this.#dir.snapshots, EXIT_CAPTURE_TIMEOUT_MS);
+      const diskLayers = [...run.diskLayers, `snapshots/gen-${generation}/disk0.overlay`];
+      this.#meta = { ...this.#meta, state: 'paused', ownerPid: null, generation, pausedAt: pausedAt.toISOString(), diskLayers };
+      this.#dir.writeMetaSync(this.#meta);
+      this.#life.to('pausing');
+      this.#life.to('paused');
+    } catch {
+      // left as it was: recovered by the next connect
+    }
+  }
+
+  /** A capture that failed: a machine that still runs goes on (with a new client); one that
+   *  stopped leaves the sandbox `failed`, its directory as the last generation left it. */
+  async #captureFailed(run: Running, err: unknown): Promise<void> {
+    const st = run.machine.state;
+    if (st === 'running' || st === 'paused') {
+      try {
+        if (st === 'paused') await run.machine.resume();
+        const client = await awaitRestoredAgent(run.machine, 10_000);
+        this.#run = { ...run, client };
+        this.#adopt(this.#run);
+        this.#life.to('running');
+        this.#armTimeout();
+        return;
+      } catch {
+        // fall through: stop it
+      }
+    }
+    await run.machine.stop().catch(() => undefined);
+    this.#run = null;
+    unregisterRunning(this);
+    await run.lock.release().catch(() => undefined);
+    this.#life.to('failed');
+    void err;
+  }
+
+  /**
+   * Continues a sandbox: the one this process runs (returned as it is), or a paused one, or one
+   * whose owner died (recovered from its last generation; getInfo().lostInterval says since
+   * when work is lost). SANDBOX_NOT_FOUND when there is no such sandbox, SANDBOX_BUSY (naming
+   * the pid) when another live process runs it. From memory by default: the restored guest's
+   * agent gets RESUMED (host clock, fresh entropy) before anything else; when the memory image
+   * cannot be used, the same generation's disk boots instead (`resumedFrom: 'disk'`, the reason
+   * in `resumeReason`).
+   */
+  static async connect(sandboxId: string, opts: ConnectOpts = {}): Promise<Sandbox> {
+    checkSandboxId(sandboxId);
+    validateConnect(opts);
+    const mine = live.get(sandboxId);
+    if (mine && mine.#pausing) await mine.#pausing.catch(() => undefined);
+    if (mine && mine.#life.state === 'running') return mine;
+    if (mine && mine.#run) {
+      // This process holds it, in a state connect cannot continue (its guest ended by itself).
+      throw new TorporError('INVALID_STATE', `sandbox ${sandboxId} is ${mine.#life.state} in this process (its guest ended); kill() it, or connect to another one`);
+    }
+    const dir = new SandboxDir(sandboxId);
+    if (!(await dir.exists())) throw new SandboxNotFoundError(`no sandbox ${sandboxId} in ${dir.path} (Sandbox.list() shows the ones there are)`);
+    const taken = await takeOwnerLock(dir.lockPath).catch(async (err: unknown) => {
+      if (!(await dir.exists())) throw new SandboxNotFoundError(`sandbox ${sandboxId} was removed`, { cause: err });
+      throw err;
+    });
+    if (!taken.ok) throw SANDBOX_BUSY(sandboxId, taken.ownerPid);
+    const lock = taken.lock;
+    try {
+      const { meta, run } = await resume(dir, await dir.readMeta(), lock, opts);
+      return new Sandbox(dir, meta, run);
+    } catch (err) {
+      await lock.release().catch(() => undefined);
+      throw err;
+    }
+  }
+
+  /** The sandboxes under TORPOR_HOME, optionally only those in `state`. */
+  /** The sandboxes under TORPOR_HOME, optionally only those in a state (or states) and with
+   *  the given metadata; `{ query: { state, metadata } }` (E2B's shape) works too. */
+  static async list(opts: ListOpts & { query?: ListOpts } = {}): Promise<SandboxInfo[]> {
+    checkObject('opts', opts);
+    checkKnownKeys('opts', opts, ['state', 'metadata', 'query']);
+    const query: ListOpts | undefined = opts.query;
+    checkObject('opts.query', query as unknown);
+    checkKnownKeys('opts.query', query, ['state', 'metadata']);
+    const state = opts.state ?? query?.state;
+    const metadata = opts.metadata ?? query?.metadata;
+    checkEnvs('opts.metadata', metadata);
+    const want = state === undefined ? null : Array.isArray(state) ? state : [state];
+    for (const s of want ?? []) if (!isSandboxState(s)) fail('opts.state', `one of ${SANDBOX_STATES.join(', ')}`, s);
+    const out: SandboxInfo[] = [];
+    for (const id of await sandboxIds()) {
+      const info = await Sandbox.getInfo(id).catch(() => null);
+      if (!info || (want && !want.includes(info.state))) continue;
+      if (metadata && !Object.entries(metadata).every(([k, v]) => info.metadata[k] === v)) continue;
+      out.push(info);
+    }
+    return out;
+  }
+
+  /**
+   * Sets the lifecycle timeout from now on (E2B's setTimeout): `timeoutMs` without activity, then
+   * `lifecycle.onTimeout`; 0 turns it off. Kept in meta.json, so it survives pause and connect.
+   */
+  async setTimeout(timeoutMs: number, opts: { onTimeout?: OnTimeout } = {}): Promise<void> {
+    checkInt('timeoutMs', timeoutMs, 0, 2 ** 31 - 1);
+    checkObject('opts', opts);
+    checkKnownKeys('opts', opts, ['onTimeout']);
+    if (opts.onTimeout !== undefined && opts.onTimeout !== 'pause' && opts.onTimeout !== 'kill') fail('opts.onTimeout', "'pause' or 'kill'", opts.onTimeout);
+    this.#life.require('setTimeout()', 'running');
+    const meta = { ...this.#meta };
+    delete meta.timeoutMs;
+    delete meta.onTimeout;
+    if (timeoutMs > 0) {
+      meta.timeoutMs = timeoutMs;
+      meta.onTimeout = opts.onTimeout ?? this.#meta.onTimeout ?? 'kill';
+    }
+    await this.#dir.writeMeta(meta);
+    this.#meta = meta;
+    this.#armTimeout();
+  }
+
+  /** What a sandbox is and where it stands, from its directory (any process may ask). */
+  static async getInfo(sandboxId: string): Promise<SandboxInfo> {
+    checkSandboxId(sandboxId);
+    const mine = live.get(sandboxId);
+    if (mine && mine.#run) return mine.getInfo();
+    const dir = new SandboxDir(sandboxId);
+    const meta = await dir.readMeta();
+    let state = meta.state;
+    let ownerPid: number | null = null;
+    if (state !== 'paused' && state !== 'killed') {
+      // Recorded as live: is its owner? A free lock means the owner died; connect recovers it.
+      const probe = await takeOwnerLock(dir.lockPath);
+      if (probe.ok) {
+        await probe.lock.release();
+        state = 'paused';
+      } else {
+        ownerPid = probe.ownerPid;
+      }
+    }
+    return infoOf(meta, state, ownerPid, await dir.currentGeneration(), await dir.bytesOnDisk());
+  }
+
+  /** This sandbox's info (state as this process knows it). */
+  async getInfo(): Promise<SandboxInfo> {
+    const running = this.#run !== null;
+    return infoOf(this.#meta, this.#life.state, running ? process.pid : null, this.#meta.generation ?? 0, await this.#dir.bytesOnDisk());
+  }
+
+  /**
+   * Removes a sandbox that no live process runs (paused, or its owner dead): its files are
+   * deleted. SANDBOX_BUSY when a live process owns it (kill it there). Resolves false when there
+   * was no such sandbox.
+   */
+  static async kill(sandboxId: string): Promise<boolean> {
+    checkSandboxId(sandboxId);
+    const mine = live.get(sandboxId);
+    if (mine && mine.#run) {
+      await mine.kill();
+      return true;
+    }
+    const dir = new SandboxDir(sandboxId);
+    if (!(await dir.exists())) return false;
+    const taken = await takeOwnerLock(dir.lockPath).catch(async (err: unknown) => {
+      if (!(await dir.exists())) return null;
+      throw err;
+    });
+    if (taken === null) return false;
+    if (!taken.ok) throw SANDBOX_BUSY(sandboxId, taken.ownerPid);
+    try {
+      await dir.remove();
+    } finally {
+      await taken.lock.release();
+    }
+    if (mine) mine.#markKilled();
+    return true;
+  }
+
+  #markKilled(): void {
+    if (this.#life.state !== 'killed') this.#life.to('killed');
+    this.#idle?.stop();
+    unregisterRunning(this);
+    if (live.get(this.sandboxId) === this) live.delete(this.sandboxId);
+  }
+
+  /** Opt-in: on SIGINT / SIGTERM, pause the running sandboxes, then re-raise the signal. */
+  static installSignalHandlers(opts: { signals?: NodeJS.Signals[]; timeoutMs?: number } = {}): () => void {
+    return installSignalHandlers(opts);
+  }
+
+  /** The guest's recent console output (kernel messages, agent log lines). */
+  consoleLog(): string {
+    return this.#run ? tailText(this.#run.machine) : '';
+  }
+
+  /** Stops the machine and deletes the sandbox's files. Idempotent. A paused sandbox is removed
+   *  as Sandbox.kill(id) removes it (SANDBOX_BUSY when another process has connected to it). */
+  async kill(): Promise<void> {
+    // A pause in progress finishes first (its capture is never cut off half-way).
+    if (this.#pausing) await this.#pausing.catch(() => undefined);
+    const st = this.#life.state;
+    if (st === 'killed') return;
+    if (st === 'paused' || (st === 'failed' && !this.#run)) {
+      await Sandbox.kill(this.sandboxId);
+      this.#markKilled();
+      return;
+    }
+    const run = this.#run;
+    this.#run = null;
+    this.#markKilled();
+    if (!run) return;
+    try {
+      await run.client.close();
+      await run.machine.stop();
+    } finally {
+      try {
+        await this.#dir.remove();
+      } finally {
+        await run.lock.release();
+      }
     }
   }
 
@@ -209,6 +676,10 @@ export class Sandbox implements AsyncDisposable {
     await this.kill();
   }
 }
+
+/** Sandboxes this process runs or ran, by id (connect returns the running one as it is). */
+const live = new Map<string, Sandbox>();
+
 
 export function tailText(machine: Machine): string {
   return machine.consoleTail().toString('utf8');
@@ -259,10 +730,4 @@ async function sharedArtifacts(kernel: string | undefined): Promise<Resolved> {
   const watched = [artifacts.kernel, artifacts.rootfs, homeLayout(home).setupRecord, ...(supplied ? [supplied] : [])];
   resolved.set(key, { artifacts, stamps: await stampsOf(watched) });
   return artifacts;
-}
-
-async function writeMeta(dir: string, meta: object): Promise<void> {
-  const tmp = join(dir, `meta.json.${process.pid}.tmp`);
-  await writeFile(tmp, JSON.stringify(meta, null, 2) + '\n');
-  await rename(tmp, join(dir, 'meta.json'));
 }

@@ -28,6 +28,9 @@ export interface MachineDisk {
   base?: string;
   /** Copy-on-write overlay data file; created if missing. */
   overlay: string;
+  /** Overlays frozen by snapshot generations (oldest first), read-only between the base and the
+   *  overlay: the disk as a generation left it, booted afresh (a sandbox's boot from disk). */
+  frozen?: string[];
   readOnly?: boolean;
   serial?: string;
 }
@@ -128,6 +131,10 @@ export function toNativeConfig(opts: MachineOptions): NativeMachineConfig {
       const overlay = checkString(`disks[${i}].overlay`, d.overlay, true)!;
       const base = checkString(`disks[${i}].base`, d.base ?? '', false) ?? '';
       const disk: NativeMachineConfig['disks'][number] = { base, overlay };
+      if (d.frozen !== undefined) {
+        if (!Array.isArray(d.frozen) || d.frozen.length > 64) throw new InvalidArgumentError(`disks[${i}].frozen must be an array of at most 64 paths`);
+        disk.frozen = d.frozen.map((f, j) => checkString(`disks[${i}].frozen[${j}]`, f, true)!);
+      }
       if (d.readOnly !== undefined) disk.readOnly = Boolean(d.readOnly);
       if (d.serial !== undefined) {
         checkString(`disks[${i}].serial`, d.serial, false);
@@ -271,6 +278,20 @@ export class Machine extends EventEmitter<MachineEvents> {
       if (opts.stop) await this.#native.stop();
       return result;
     });
+  }
+
+  /**
+   * snapshot() done synchronously on the calling thread, for a process that is ending (an
+   * `exit` handler, where no promise settles any more): the machine pauses (bounded by
+   * `timeoutMs`, TIMEOUT when a vCPU does not park in time, nothing written), a generation is
+   * written into `dir` and made durable; the machine stays paused. Returns the generation.
+   */
+  captureNow(dir: string, timeoutMs = 2000): number {
+    checkString('dir', dir, true);
+    checkInt('timeoutMs', timeoutMs, 1, 600_000);
+    const generation = this.#native.captureNow(dir, timeoutMs);
+    this.#snapshotDir = dir;
+    return generation;
   }
 
   /**

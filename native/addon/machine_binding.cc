@@ -2,7 +2,10 @@
 
 #include <unistd.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <functional>
+#include <mutex>
 
 #include "addon/addon_state.h"
 #include "addon/js_values.h"
@@ -61,6 +64,22 @@ MachineConfig parse_config(const Napi::Value& v) {
       b.overlay_path = js::get_string(d, "overlay", false);
       if (b.base_path.empty() && b.overlay_path.empty())
         throw Error(code::kInvalidArgument, "disks[" + std::to_string(i) + "] needs a base or an overlay");
+      // Overlays frozen by snapshot generations, oldest first, read-only between the base and
+      // the top: booting a paused sandbox's disk as it was at one generation.
+      if (js::has(d, "frozen")) {
+        Napi::Value fv = unwrap(d.Get("frozen"));
+        if (!fv.IsArray()) throw Error(code::kInvalidArgument, "disks[" + std::to_string(i) + "].frozen must be an array");
+        Napi::Array fa = fv.As<Napi::Array>();
+        if (fa.Length() > 64) throw Error(code::kInvalidArgument, "disks[" + std::to_string(i) + "].frozen: at most 64 layers");
+        for (uint32_t j = 0; j < fa.Length(); j++) {
+          Napi::Value f = unwrap(fa.Get(j));
+          if (!f.IsString() || f.As<Napi::String>().Utf8Value().empty())
+            throw Error(code::kInvalidArgument, "disks[" + std::to_string(i) + "].frozen entries must be non-empty strings");
+          b.frozen_overlays.push_back(f.As<Napi::String>().Utf8Value());
+        }
+        if (!b.frozen_overlays.empty() && b.overlay_path.empty())
+          throw Error(code::kInvalidArgument, "disks[" + std::to_string(i) + "] with frozen layers needs an overlay (the top)");
+      }
       b.read_only = js::get_bool(d, "readOnly", false);
       b.serial = js::get_string(d, "serial", false);
       if (b.serial.size() > 20) throw Error(code::kInvalidArgument, "disk serial is limited to 20 bytes");
@@ -84,6 +103,7 @@ Napi::Function MachineWrap::define(Napi::Env env) {
                      {
                          InstanceMethod<&MachineWrap::start>("start"),
                          InstanceMethod<&MachineWrap::snapshot>("snapshot"),
+                         InstanceMethod<&MachineWrap::capture_now>("captureNow"),
                          InstanceMethod<&MachineWrap::dirty_page_count>("dirtyPageCount"),
                          InstanceMethod<&MachineWrap::prepare_restores>("prepareRestores"),
                          InstanceMethod<&MachineWrap::state_parts>("stateParts"),
@@ -339,6 +359,49 @@ Napi::Value MachineWrap::snapshot(const Napi::CallbackInfo& info) {
       settle(env, id, e.code(), e.what(), env.Undefined());
     }
     return promise;
+  });
+}
+
+// The process is ending ('exit' handlers run synchronously, the event loop is over): pause and
+// capture on this thread. The pause is bounded by timeoutMs (a vCPU that does not park in time:
+// TIMEOUT, nothing written); the capture itself is the one snapshot() runs on a worker. The
+// pause's completion comes from a vCPU or the I/O thread, never through the JS thread, so
+// waiting for it here cannot deadlock; its state is shared so a late completion finds it alive.
+Napi::Value MachineWrap::capture_now(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guarded(env, [&]() -> Napi::Value {
+    Machine& m = live_machine();
+    if (!info[0].IsString()) throw Error(code::kInvalidArgument, "captureNow: dir must be a string");
+    std::string dir = info[0].As<Napi::String>().Utf8Value();
+    uint64_t timeout_ms = 2000;
+    if (info[1].IsNumber()) {
+      double t = info[1].As<Napi::Number>().DoubleValue();
+      if (!(t >= 1 && t <= 600000)) throw Error(code::kInvalidArgument, "captureNow: timeoutMs must be in 1..600000");
+      timeout_ms = static_cast<uint64_t>(t);
+    }
+    struct Wait {
+      std::mutex mu;
+      std::condition_variable cv;
+      bool done = false;
+      const char* code = nullptr;  // one of the static code:: constants
+      std::string message;
+    };
+    auto w = std::make_shared<Wait>();
+    m.pause([w](const char* c, const std::string& message) {
+      std::lock_guard<std::mutex> lock(w->mu);
+      w->done = true;
+      w->code = c;
+      w->message = message;
+      w->cv.notify_all();
+    });
+    {
+      std::unique_lock<std::mutex> lock(w->mu);
+      if (!w->cv.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return w->done; }))
+        throw Error(code::kTimeout, "captureNow: the machine did not pause within " + std::to_string(timeout_ms) + " ms");
+      if (w->code && *w->code) throw Error(w->code, w->message);
+    }
+    CaptureResult r = m.capture(dir);
+    return Napi::Number::New(env, static_cast<double>(r.generation));
   });
 }
 

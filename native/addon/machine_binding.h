@@ -58,6 +58,7 @@ class MachineWrap : public Napi::ObjectWrap<MachineWrap> {
 
   Napi::Value start(const Napi::CallbackInfo& info);
   Napi::Value snapshot(const Napi::CallbackInfo& info);
+  Napi::Value capture_now(const Napi::CallbackInfo& info);
   Napi::Value dirty_page_count(const Napi::CallbackInfo& info);
   Napi::Value prepare_restores(const Napi::CallbackInfo& info);
   Napi::Value state_parts(const Napi::CallbackInfo& info);

@@ -31,6 +31,8 @@ std::unique_ptr<Disk> open_disk_chain(const std::string& base_image, const std::
   if (base_image.empty() && frozen_overlays.empty() && top_overlay.empty())
     throw Error(code::kInvalidArgument, "a disk chain needs a base image or an overlay");
   std::unique_ptr<Disk> disk = open_base(base_image, size);
+  // size 0: the base image's (a fresh config booting a generation's disk names no size).
+  if (size == 0 && disk) size = disk->size();
   for (const std::string& path : frozen_overlays)
     disk = std::make_unique<OverlayDisk>(std::move(disk), path, size, /*read_only=*/true);
   if (!top_overlay.empty()) disk = std::make_unique<OverlayDisk>(std::move(disk), top_overlay, size);

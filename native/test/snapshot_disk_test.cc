@@ -102,6 +102,16 @@ TEST("snapshot disk: chain reads the newest block, writes land in the top only")
   CHECK_EQ(tag_at(*gen1, 2), 0xA1);
 }
 
+TEST("snapshot disk: size 0 takes the base image's size (a fresh config booting a generation's disk)") {
+  Layers l;
+  auto d = open_disk_chain(l.base, {}, l.dir.file("sized-by-base.overlay"), 0);
+  CHECK_EQ(d->size(), 16 * kBlock);
+  CHECK_EQ(tag_at(*d, 3), 0x13);
+  CHECK_EQ(d->write(3 * kBlock, block_of(0xD3).data(), kBlock), 0);
+  CHECK_EQ(tag_at(*d, 3), 0xD3);
+  CHECK_THROWS_CODE(open_disk_chain("", {}, l.dir.file("no-size.overlay"), 0), "INVALID_ARGUMENT");
+}
+
 TEST("snapshot disk: frozen overlays and read-only chains refuse writes") {
   Layers l;
   auto ro = open_disk_chain(l.base, {l.ov1, l.ov2}, "", kDiskSize);

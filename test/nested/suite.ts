@@ -15,6 +15,8 @@ export const KVM_FILES = [
   'probe',
   'sandbox-create',
   'sandbox-linux',
+  'sandbox-linux-pause',
+  'sandbox-pause',
   'sandbox-testvm',
   'vmm-boot',
   'vmm-devices',
@@ -35,6 +37,7 @@ export const LINUX_FILES: Record<string, number> = {
   'vmm-linux': 1,
   'vmm-linux-snapshot': 2,
   'sandbox-linux': 2,
+  'sandbox-linux-pause': 3,
   'api-e2b-linux': 1,
 };
 

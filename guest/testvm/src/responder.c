@@ -2,6 +2,7 @@
 
 #include "frame.h"
 #include "lib.h"
+#include "status.h"
 
 struct responder_stats responder_stats;
 
@@ -120,7 +121,7 @@ static void handle_hello(struct responder *r, const struct tp_header *h, const u
   struct tp_writer w;
   answer_begin(r, &w, h->stream, TP_HELLO, 0);
   tp_put_u32(&w, TP_T_VERSION, TP_PROTOCOL_VERSION);
-  tp_put_u64(&w, TP_T_FEATURES, TP_FEATURE_REQUEST_IDS);
+  tp_put_u64(&w, TP_T_FEATURES, TP_FEATURE_REQUEST_IDS | TP_FEATURE_RESUMED);
   tp_put_str(&w, TP_T_NAME, SERVER_NAME);
   tp_put_i64(&w, TP_T_TIME_NS, 0); /* no wall clock in the test guest */
   answer_end(r, &w);
@@ -166,6 +167,45 @@ static void handle_echo(struct responder *r, const struct tp_header *h, const ui
   responder_stats.echoes++;
 }
 
+/* SYNC and RESUMED: requests with effects, so remembered by request id like ECHO. The test
+ * guest has no file system to sync and no clock or RNG to set: it counts them and keeps what
+ * RESUMED carried in its status page, where the host reads it (README.md). */
+static void handle_lifecycle(struct responder *r, const struct tp_header *h, const uint8_t *payload) {
+  struct tp_reader rd;
+  struct tp_field f;
+  uint64_t request_id = 0;
+  int have_id = 0;
+  int64_t time_ns = 0;
+  const uint8_t *entropy = 0;
+  uint32_t entropy_len = 0;
+  tp_reader_init(&rd, payload, h->length);
+  while (tp_reader_next(&rd, &f) == TP_OK_) {
+    if (f.tag == TP_T_REQUEST_ID && tp_field_u64(&f, &request_id) == TP_OK_) have_id = 1;
+    if (f.tag == TP_T_TIME_NS) tp_field_i64(&f, &time_ns);
+    if (f.tag == TP_T_ENTROPY) entropy = f.value, entropy_len = f.len;
+  }
+  if (have_id) {
+    const struct replay_entry *e = replay_find(request_id);
+    if (e) return replay_send(r, h->stream, e);
+  }
+  if (h->type == TP_SYNC) {
+    status_page.syncs++;
+  } else {
+    uint8_t head[8] = {0};
+    for (uint32_t i = 0; i < entropy_len && i < 8; i++) head[i] = entropy[i];
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = (v << 8) | head[i];
+    status_page.resumed_time_ns = (uint64_t)time_ns;
+    status_page.resumed_entropy_len = entropy_len;
+    status_page.resumed_entropy_head = v;
+    status_page.resumed++;
+  }
+  struct tp_writer w;
+  answer_begin(r, &w, h->stream, TP_OK, TP_FLAG_END);
+  const uint8_t *frame = answer_end(r, &w);
+  if (frame && have_id) replay_store(request_id, frame);
+}
+
 static void handle_frame(struct responder *r, const struct tp_header *h, const uint8_t *payload) {
   responder_stats.frames++;
   if (tp_payload_validate(payload, h->length) != TP_OK_) return goaway(r, "malformed fields");
@@ -185,6 +225,10 @@ static void handle_frame(struct responder *r, const struct tp_header *h, const u
     case TP_ECHO:
       if (h->stream == 0 || !(h->stream & 1)) return goaway(r, "request on a non-client stream");
       return handle_echo(r, h, payload);
+    case TP_SYNC:
+    case TP_RESUMED:
+      if (h->stream == 0 || !(h->stream & 1)) return goaway(r, "request on a non-client stream");
+      return handle_lifecycle(r, h, payload);
     default:
       if (h->type >= TP_EXEC && h->type <= TP_RESUMED)
         return answer_error(r, h->stream, "REQUEST_FAILED", "not served by the test guest");

@@ -1,5 +1,5 @@
 /* The agent-protocol responder of the test guest (docs/protocol.md, version 1):
- * HELLO, PING -> PONG and ECHO -> OK {data} on vsock port 1024, with request ids
+ * HELLO, PING -> PONG, ECHO -> OK {data}, SYNC and RESUMED -> OK on vsock port 1024, with request ids
  * remembered so a re-asked ECHO is answered from memory, not run again. Frames use
  * the agent's own codec (guest/agent/proto/frame.c). Transport-free: the vsock
  * driver feeds bytes in and sends `out` back. */

@@ -7,10 +7,12 @@
 #include "config.h"
 #include "interrupts.h"
 #include "serial.h"
+#include "status.h"
 #include "wait.h"
 
 struct config config = {.event_idx = 1};
 volatile uint32_t wait_rescued;
+volatile struct status_page status_page = {.magic = STATUS_MAGIC};
 
 int intr_route_gsi(uint32_t gsi, gsi_handler fn, void *ctx) {
   (void)gsi, (void)fn, (void)ctx;

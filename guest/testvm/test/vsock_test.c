@@ -9,6 +9,7 @@
 #include "fake_device.h"
 #include "frame.h"
 #include "responder.h"
+#include "status.h"
 #include "virtio.h"
 #include "vsock.h"
 
@@ -296,7 +297,7 @@ static int field_bytes(const uint8_t *payload, uint32_t len, uint16_t tag, const
 }
 
 static void test_agent_protocol(void) {
-  printf("agent port: HELLO, PING, ECHO, re-asked id, errors\n");
+  printf("agent port: HELLO, PING, ECHO, re-asked id, SYNC, RESUMED, errors\n");
   struct host_conn *c = host_connect(5003, 1024, 1 << 20);
   CHECK(c->connected, "agent port accepts");
   CHECK(c->guest_buf_alloc == 16 * 1024, "agent window %u", c->guest_buf_alloc);
@@ -338,8 +339,40 @@ static void test_agent_protocol(void) {
   CHECK(field_bytes(p, h.length, TP_T_DATA, &v, &vlen) && vlen == 5 && memcmp(v, "first", 5) == 0, "same answer");
   CHECK(responder_stats.replays == replays + 1, "replay counted");
 
+  /* SYNC and RESUMED: answered OK, counted in the status page, RESUMED's fields kept */
+  uint32_t syncs = status_page.syncs, resumed = status_page.resumed;
+  n = frame(buf, 13, TP_SYNC, 0x6666, 0, 0);
+  host_send(c, OP_RW, buf, (uint32_t)n, 0);
+  run(3);
+  CHECK(next_frame(c, &pos, &h, &p) && h.type == TP_OK && h.stream == 13 && (h.flags & TP_FLAG_END), "SYNC -> OK");
+  CHECK(status_page.syncs == syncs + 1, "SYNC counted");
+  {
+    struct tp_writer rw;
+    static const uint8_t entropy[32] = {0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x99};
+    tp_writer_init(&rw, buf, sizeof buf);
+    tp_writer_frame(&rw, 15, TP_RESUMED, 0);
+    tp_put_u64(&rw, TP_T_REQUEST_ID, 0x7777);
+    tp_put_i64(&rw, TP_T_TIME_NS, 1764612345123456789ll);
+    tp_put_bytes(&rw, TP_T_ENTROPY, entropy, sizeof entropy);
+    n = tp_writer_finish(&rw);
+    host_send(c, OP_RW, buf, (uint32_t)n, 0);
+    /* asked again under the same id: answered from memory, counted once */
+    tp_writer_init(&rw, buf, sizeof buf);
+    tp_writer_frame(&rw, 17, TP_RESUMED, 0);
+    tp_put_u64(&rw, TP_T_REQUEST_ID, 0x7777);
+    tp_put_i64(&rw, TP_T_TIME_NS, 1);
+    n = tp_writer_finish(&rw);
+    host_send(c, OP_RW, buf, (uint32_t)n, 0);
+  }
+  run(3);
+  CHECK(next_frame(c, &pos, &h, &p) && h.type == TP_OK && h.stream == 15, "RESUMED -> OK");
+  CHECK(next_frame(c, &pos, &h, &p) && h.type == TP_OK && h.stream == 17, "re-asked RESUMED -> OK");
+  CHECK(status_page.resumed == resumed + 1, "RESUMED counted once");
+  CHECK(status_page.resumed_time_ns == 1764612345123456789ull, "RESUMED time kept");
+  CHECK(status_page.resumed_entropy_len == 32 && status_page.resumed_entropy_head == 0x8877665544332211ull, "entropy head kept");
+
   /* a request the test guest does not serve, and an unknown type */
-  n = frame(buf, 7, TP_SYNC, 0x3333, 0, 0);
+  n = frame(buf, 7, TP_EXEC, 0x3333, 0, 0);
   host_send(c, OP_RW, buf, (uint32_t)n, 0);
   n = frame(buf, 9, 200, 0x4444, 0, 0);
   host_send(c, OP_RW, buf, (uint32_t)n, 0);

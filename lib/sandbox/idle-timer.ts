@@ -1,0 +1,46 @@
+// A sandbox's lifecycle timeout: fires `timeoutMs` after the last activity. Activity (documented
+// in docs/sandbox-lifecycle.md) is every request an API call sends to the agent and every frame
+// the agent sends back (a command producing output, a file streaming). touch() only records the
+// time: one timer per sandbox, re-armed for the remainder when it fires early.
+export class IdleTimer {
+  #last = Date.now();
+  #timer: NodeJS.Timeout | undefined;
+  #stopped = true;
+
+  constructor(
+    private readonly timeoutMs: number,
+    private readonly onIdle: () => void,
+  ) {}
+
+  start(): void {
+    this.#stopped = false;
+    this.#last = Date.now();
+    this.#arm(this.timeoutMs);
+  }
+
+  touch(): void {
+    this.#last = Date.now();
+  }
+
+  stop(): void {
+    this.#stopped = true;
+    if (this.#timer) clearTimeout(this.#timer);
+    this.#timer = undefined;
+  }
+
+  #arm(ms: number): void {
+    if (this.#timer) clearTimeout(this.#timer);
+    this.#timer = setTimeout(() => this.#fire(), Math.max(1, ms));
+    // A timeout never keeps the process alive (beforeExit pauses running sandboxes anyway).
+    this.#timer.unref();
+  }
+
+  #fire(): void {
+    this.#timer = undefined;
+    if (this.#stopped) return;
+    const left = this.#last + this.timeoutMs - Date.now();
+    if (left > 0) return this.#arm(left);
+    this.#stopped = true;
+    this.onIdle();
+  }
+}

@@ -1,0 +1,51 @@
+// What Sandbox.getInfo / Sandbox.list report, from meta.json and the directory.
+import type { OnTimeout, ResumedFrom, SandboxMeta } from '../store/sandbox-dir.js';
+import type { SandboxState } from './lifecycle.js';
+
+export interface SandboxInfo {
+  sandboxId: string;
+  state: SandboxState;
+  template: string;
+  metadata: Record<string, string>;
+  cpuCount: number;
+  memoryMiB: number;
+  createdAt: Date;
+  pausedAt?: Date;
+  resumedAt?: Date;
+  resumedFrom?: ResumedFrom;
+  /** Why the last resume booted from disk instead of continuing from memory. */
+  resumeReason?: string;
+  /** A dead owner's sandbox that a connect recovered: work done between these times is lost. */
+  lostInterval?: { from: Date; to: Date };
+  /** The live process that owns it, when one does. */
+  ownerPid: number | null;
+  /** The generation a connect continues from (0: none yet). */
+  generation: number;
+  /** Bytes its directory takes on disk. */
+  bytesOnDisk: number;
+  timeoutMs?: number;
+  onTimeout?: OnTimeout;
+}
+
+export function infoOf(meta: SandboxMeta, state: SandboxState, ownerPid: number | null, generation: number, bytesOnDisk: number): SandboxInfo {
+  const info: SandboxInfo = {
+    sandboxId: meta.id,
+    state,
+    template: meta.template,
+    metadata: { ...meta.metadata },
+    cpuCount: meta.vcpus,
+    memoryMiB: meta.memoryMiB,
+    createdAt: new Date(meta.createdAt),
+    ownerPid,
+    generation,
+    bytesOnDisk,
+  };
+  if (meta.pausedAt) info.pausedAt = new Date(meta.pausedAt);
+  if (meta.resumedAt) info.resumedAt = new Date(meta.resumedAt);
+  if (meta.resumedFrom) info.resumedFrom = meta.resumedFrom;
+  if (meta.resumeReason) info.resumeReason = meta.resumeReason;
+  if (meta.lostInterval) info.lostInterval = { from: new Date(meta.lostInterval.from), to: new Date(meta.lostInterval.to) };
+  if (meta.timeoutMs) info.timeoutMs = meta.timeoutMs;
+  if (meta.onTimeout) info.onTimeout = meta.onTimeout;
+  return info;
+}

@@ -1,0 +1,137 @@
+// Sandbox.connect's work (docs/sandbox-lifecycle.md): from memory when the current generation
+// can be restored and its agent answers, else from that generation's disk; RESUMED (host clock,
+// fresh entropy) before anything else; what happened recorded in meta.json.
+import { existsSync } from 'node:fs';
+import { mkdir, stat } from 'node:fs/promises';
+import { dirname, join, relative } from 'node:path';
+
+import { TorporError } from '../errors.js';
+import type { AgentClient } from '../agent/client.js';
+import type { OwnerLock } from '../store/owner-lock.js';
+import type { ResumedFrom, SandboxDir, SandboxMeta } from '../store/sandbox-dir.js';
+import { Machine } from '../vm/machine.js';
+import { sendResumed } from './guest-requests.js';
+import { AGENT_KNOCK_PORT, GUEST_CID, awaitBootedAgent, awaitRestoredAgent } from './readiness.js';
+
+/** How long RESUMED may take (the guest already answered the rendezvous: generous). */
+export const RESUMED_TIMEOUT_MS = 30_000;
+
+export interface ConnectOpts {
+  /** 'restore' (default): continue from memory, booting the same generation's disk when the
+   *  memory image cannot be used; 'reboot': boot that disk. */
+  onResume?: 'restore' | 'reboot';
+  /** How long a restored guest's agent has to answer before the disk is booted instead (default 10 s). */
+  restoreTimeoutMs?: number;
+  /** How long a boot from disk waits for the agent (default 30 s). */
+  bootTimeoutMs?: number;
+}
+
+/** What a running sandbox is made of; replaced whole after a resume. */
+export interface Running {
+  machine: Machine;
+  client: AgentClient;
+  lock: OwnerLock;
+  /** Disk layers under the machine's top (relative to the directory): what the next pause adds to. */
+  diskLayers: string[];
+}
+
+/** Why a restore was not used, in a few words for meta.json and getInfo(). */
+function reasonOf(err: unknown): string {
+  if (err instanceof TorporError) return `${err.code}: ${err.message.split('\n')[0]}`;
+  return err instanceof Error ? err.message : String(err);
+}
+
+/** Since when a dead owner's work is lost: the generation it is recovered from was captured at
+ *  `pausedAt`, and the machine ran again from `resumedAt` (or from creation, never paused). */
+async function lostSince(dir: SandboxDir, meta: SandboxMeta, generation: number): Promise<string> {
+  if (generation === 0) return meta.createdAt;
+  if (generation === meta.generation) return meta.resumedAt && meta.pausedAt && meta.resumedAt > meta.pausedAt ? meta.resumedAt : (meta.pausedAt ?? meta.createdAt);
+  // A generation newer than meta.json records (the owner died right after writing it).
+  const st = await stat(join(dir.snapshots, `gen-${generation}`, 'vm.state')).catch(() => null);
+  return st ? st.mtime.toISOString() : meta.createdAt;
+}
+
+/**
+ * Continues a sandbox whose owner lock the caller holds (Sandbox.connect): restores the current
+ * generation, or boots that generation's disk (onResume 'reboot', a memory image that cannot be
+ * used, a restored guest that does not answer, no generation at all), sends RESUMED, and records
+ * the outcome in meta.json. On failure meta.json is put back as it was.
+ */
+export async function resume(dir: SandboxDir, before: SandboxMeta, lock: OwnerLock, opts: ConnectOpts): Promise<{ meta: SandboxMeta; run: Running }> {
+  const generation = await dir.currentGeneration();
+  const now = new Date();
+  // Only a sandbox recorded as running (or pausing, starting) lost work: a crash while paused
+  // or while resuming left its generation as it was.
+  const ownerDied = before.state === 'running' || before.state === 'pausing' || before.state === 'starting';
+  const lostInterval = ownerDied ? { from: await lostSince(dir, before, generation), to: now.toISOString() } : undefined;
+  await dir.writeMeta({ ...before, state: 'resuming', ownerPid: process.pid });
+
+  let machine: Machine | undefined;
+  let client: AgentClient | undefined;
+  let resumedFrom: ResumedFrom = 'memory';
+  let resumeReason: string | undefined;
+  let diskLayers = (await dir.diskLayersAt(before, generation)).map((p) => relative(dir.path, p));
+  try {
+    if (generation === 0) resumeReason = 'no generation: the sandbox was never paused';
+    else if (opts.onResume === 'reboot') resumeReason = "onResume: 'reboot'";
+    else {
+      try {
+        machine = await Machine.restore(dir.snapshots);
+        client = await awaitRestoredAgent(machine, opts.restoreTimeoutMs ?? 10_000);
+        await sendResumed(client, RESUMED_TIMEOUT_MS);
+      } catch (err) {
+        await client?.close().catch(() => undefined);
+        await machine?.stop().catch(() => undefined);
+        machine = client = undefined;
+        resumeReason = reasonOf(err);
+      }
+    }
+    if (!machine || !client) {
+      resumedFrom = 'disk';
+      // A sandbox never paused: its first top layer, as the dead owner's machine left it
+      // (crash-consistent), under a new top.
+      if (generation === 0 && existsSync(dir.firstOverlay)) diskLayers = [relative(dir.path, dir.firstOverlay)];
+      const top = dir.bootTop(generation);
+      await mkdir(dirname(top), { recursive: true });
+      machine = await Machine.build({
+        kernel: before.kernel,
+        cmdline: before.cmdline,
+        vcpus: before.vcpus,
+        memoryMiB: before.memoryMiB,
+        disks: [{ base: before.rootfs, frozen: diskLayers.map((p) => join(dir.path, p)), overlay: top }],
+        vsockCid: GUEST_CID,
+        vsockKnockPorts: [AGENT_KNOCK_PORT],
+        consoleLog: dir.consoleLog,
+      });
+      try {
+        await machine.start();
+        client = await awaitBootedAgent(machine, opts.bootTimeoutMs ?? 30_000);
+        await sendResumed(client, RESUMED_TIMEOUT_MS);
+      } catch (err) {
+        await client?.close().catch(() => undefined);
+        await machine.stop().catch(() => undefined);
+        throw err;
+      }
+    }
+  } catch (err) {
+    // Nothing was changed but meta.json's state: put it back.
+    await dir.writeMeta(before).catch(() => undefined);
+    throw err;
+  }
+  const meta: SandboxMeta = { ...before, state: 'running', ownerPid: process.pid, resumedAt: new Date().toISOString(), resumedFrom };
+  if (generation) meta.generation = generation;
+  meta.diskLayers = diskLayers;
+  delete meta.resumeReason;
+  if (resumeReason) meta.resumeReason = resumeReason;
+  delete meta.lostInterval;
+  if (lostInterval) meta.lostInterval = lostInterval;
+  try {
+    await dir.writeMeta(meta);
+  } catch (err) {
+    await client.close().catch(() => undefined);
+    await machine.stop().catch(() => undefined);
+    await dir.writeMeta(before).catch(() => undefined);
+    throw err;
+  }
+  return { meta, run: { machine, client, lock, diskLayers } };
+}

@@ -1,0 +1,295 @@
+// A sandbox's directory under TORPOR_HOME/sandboxes/<id>/ (DESIGN §5):
+//
+//   meta.json        what the sandbox is (template, kernel, disk, settings) and its last known state
+//   owner.lock       the owner lock: held (flock) by the one process that runs the sandbox
+//   overlay(.map)    the disk's first top layer (until the first pause freezes it)
+//   snapshots/       machine generations: gen-<n>/ (vm.state, mem.layer, disk0.overlay), the
+//                    `current` pointer, tops/ (the running machine's disk top layers)
+//   console.log      what the guest printed
+//
+// meta.json is rewritten whole (temporary file, fsync, rename), so a reader sees the old or the
+// new one. It is data on disk like any other: its shape is checked before a field is used.
+import { randomBytes } from 'node:crypto';
+import { closeSync, fsyncSync, openSync, renameSync, writeSync } from 'node:fs';
+import { lstat, mkdir, open, readdir, readFile, rename, rm, stat, unlink } from 'node:fs/promises';
+import { join } from 'node:path';
+
+import { InvalidArgumentError, SandboxNotFoundError, TorporError } from '../errors.js';
+import { isSandboxState, type SandboxState } from '../sandbox/lifecycle.js';
+import { homeLayout, torporHome } from './home.js';
+
+export type OnTimeout = 'pause' | 'kill';
+export type ResumedFrom = 'memory' | 'disk';
+
+export interface SandboxMeta {
+  id: string;
+  template: string;
+  createdAt: string;
+  vcpus: number;
+  memoryMiB: number;
+  metadata: Record<string, string>;
+  envs: Record<string, string>;
+  kernel: string;
+  rootfs: string;
+  /** The kernel command line the sandbox boots with (a boot from disk uses it again). */
+  cmdline: string;
+  state: SandboxState;
+  /** The process that owns (or last owned) the sandbox. */
+  ownerPid: number | null;
+  /** Lifetime after the last activity, re-armed on connect. */
+  timeoutMs?: number;
+  onTimeout?: OnTimeout;
+  /** The generation the last pause wrote, and when (host wall clock, ISO). */
+  generation?: number;
+  pausedAt?: string;
+  /** Disk layers (relative to the directory, oldest first) under the current top; with
+   *  `generation`, the disk that generation froze. */
+  diskLayers?: string[];
+  resumedAt?: string;
+  resumedFrom?: ResumedFrom;
+  /** Why the last resume booted from disk. */
+  resumeReason?: string;
+  /** A dead owner's sandbox, recovered: what ran after `from` (the last generation) until the
+   *  owner was found dead at `to` is lost. ISO times. */
+  lostInterval?: { from: string; to: string };
+}
+
+const ID_PATTERN = /^sbx_[0-9a-f]{16}$/;
+
+export function newSandboxId(): string {
+  return `sbx_${randomBytes(8).toString('hex')}`;
+}
+
+export function checkSandboxId(id: unknown): string {
+  if (typeof id !== 'string' || !ID_PATTERN.test(id)) {
+    throw new InvalidArgumentError(`a sandbox id looks like sbx_ and 16 hex digits (got ${JSON.stringify(id)})`);
+  }
+  return id;
+}
+
+function badMeta(path: string, why: string): TorporError {
+  return new TorporError('SNAPSHOT_INVALID', `${path} is damaged (${why}); the sandbox cannot be used. Sandbox.kill(id) removes it.`);
+}
+
+const isStr = (v: unknown): v is string => typeof v === 'string';
+const isStrMap = (v: unknown): v is Record<string, string> =>
+  typeof v === 'object' && v !== null && !Array.isArray(v) && Object.values(v).every(isStr);
+const isPosInt = (v: unknown): v is number => typeof v === 'number' && Number.isInteger(v) && v > 0;
+
+/** Checks meta.json's shape (required fields and the types of optional ones). */
+export function parseMeta(text: string, path: string): SandboxMeta {
+  let m: Record<string, unknown>;
+  try {
+    m = JSON.parse(text) as Record<string, unknown>;
+  } catch (err) {
+    throw badMeta(path, `not JSON: ${(err as Error).message}`);
+  }
+  if (typeof m !== 'object' || m === null || Array.isArray(m)) throw badMeta(path, 'not an object');
+  for (const k of ['id', 'template', 'createdAt', 'kernel', 'rootfs', 'cmdline'] as const) {
+    if (!isStr(m[k])) throw badMeta(path, `${k} is not a string`);
+  }
+  if (!ID_PATTERN.test(m.id as string)) throw badMeta(path, 'id is malformed');
+  if (!isPosInt(m.vcpus) || !isPosInt(m.memoryMiB)) throw badMeta(path, 'vcpus or memoryMiB is not a positive integer');
+  if (!isStrMap(m.metadata) || !isStrMap(m.envs)) throw badMeta(path, 'metadata or envs is not a map of strings');
+  if (!isSandboxState(m.state)) throw badMeta(path, `unknown state ${JSON.stringify(m.state)}`);
+  if (m.ownerPid !== null && !isPosInt(m.ownerPid)) throw badMeta(path, 'ownerPid is malformed');
+  if (m.timeoutMs !== undefined && !isPosInt(m.timeoutMs)) throw badMeta(path, 'timeoutMs is malformed');
+  if (m.onTimeout !== undefined && m.onTimeout !== 'pause' && m.onTimeout !== 'kill') throw badMeta(path, 'onTimeout is malformed');
+  if (m.generation !== undefined && !isPosInt(m.generation)) throw badMeta(path, 'generation is malformed');
+  for (const k of ['pausedAt', 'resumedAt', 'resumeReason'] as const) {
+    if (m[k] !== undefined && !isStr(m[k])) throw badMeta(path, `${k} is not a string`);
+  }
+  if (m.resumedFrom !== undefined && m.resumedFrom !== 'memory' && m.resumedFrom !== 'disk') throw badMeta(path, 'resumedFrom is malformed');
+  if (m.diskLayers !== undefined) {
+    if (!Array.isArray(m.diskLayers) || !m.diskLayers.every((p) => isStr(p) && isPlainRelative(p))) {
+      throw badMeta(path, 'diskLayers must be relative paths inside the sandbox directory');
+    }
+  }
+  const lost = m.lostInterval as { from?: unknown; to?: unknown } | undefined;
+  if (lost !== undefined && (typeof lost !== 'object' || lost === null || !isStr(lost.from) || !isStr(lost.to))) {
+    throw badMeta(path, 'lostInterval is malformed');
+  }
+  return m as unknown as SandboxMeta;
+}
+
+function isPlainRelative(p: string): boolean {
+  return p.length > 0 && !p.startsWith('/') && !p.split('/').includes('..') && !p.includes('\0');
+}
+
+async function fsyncPath(path: string, flags = 'r'): Promise<void> {
+  const fh = await open(path, flags);
+  try {
+    await fh.sync();
+  } finally {
+    await fh.close();
+  }
+}
+
+export class SandboxDir {
+  readonly path: string;
+
+  constructor(
+    readonly id: string,
+    home: string = torporHome(),
+  ) {
+    checkSandboxId(id);
+    this.path = join(homeLayout(home).sandboxes, id);
+  }
+
+  get metaPath(): string {
+    return join(this.path, 'meta.json');
+  }
+  get lockPath(): string {
+    return join(this.path, 'owner.lock');
+  }
+  /** The disk's first top layer (create's). */
+  get firstOverlay(): string {
+    return join(this.path, 'overlay');
+  }
+  get snapshots(): string {
+    return join(this.path, 'snapshots');
+  }
+  get consoleLog(): string {
+    return join(this.path, 'console.log');
+  }
+  /** Where a boot from disk puts its new top layer. */
+  bootTop(generation: number): string {
+    return join(this.snapshots, 'tops', `disk0-boot${generation}-${process.pid}-${randomBytes(4).toString('hex')}.overlay`);
+  }
+
+  async exists(): Promise<boolean> {
+    return lstat(this.metaPath).then(
+      () => true,
+      () => false,
+    );
+  }
+
+  async create(): Promise<void> {
+    await mkdir(this.path, { recursive: true });
+  }
+
+  /** meta.json; SANDBOX_NOT_FOUND when there is none. */
+  async readMeta(): Promise<SandboxMeta> {
+    let text: string;
+    try {
+      text = await readFile(this.metaPath, 'utf8');
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') {
+        throw new SandboxNotFoundError(`no sandbox ${this.id} in ${this.path} (Sandbox.list() shows the ones there are)`);
+      }
+      throw err;
+    }
+    const meta = parseMeta(text, this.metaPath);
+    if (meta.id !== this.id) throw badMeta(this.metaPath, `it names ${meta.id}`);
+    return meta;
+  }
+
+  /** Replaces meta.json durably: a crash leaves the old one or the new one. */
+  async writeMeta(meta: SandboxMeta): Promise<void> {
+    const tmp = join(this.path, `meta.json.${process.pid}.${randomBytes(3).toString('hex')}.tmp`);
+    const fh = await open(tmp, 'w');
+    try {
+      await fh.writeFile(JSON.stringify(meta, null, 2) + '\n');
+      await fh.sync();
+    } finally {
+      await fh.close();
+    }
+    await rename(tmp, this.metaPath);
+    await fsyncPath(this.path);
+  }
+
+  /** writeMeta() for a process that is ending (an `exit` handler: nothing asynchronous runs). */
+  writeMetaSync(meta: SandboxMeta): void {
+    const tmp = join(this.path, `meta.json.${process.pid}.${randomBytes(3).toString('hex')}.tmp`);
+    const fd = openSync(tmp, 'w');
+    try {
+      writeSync(fd, JSON.stringify(meta, null, 2) + '\n');
+      fsyncSync(fd);
+    } finally {
+      closeSync(fd);
+    }
+    renameSync(tmp, this.metaPath);
+    const dfd = openSync(this.path, 'r');
+    try {
+      fsyncSync(dfd);
+    } finally {
+      closeSync(dfd);
+    }
+  }
+
+  /** The generation `snapshots/current` names; 0 when none was written. */
+  async currentGeneration(): Promise<number> {
+    let text: string;
+    try {
+      text = await readFile(join(this.snapshots, 'current'), 'utf8');
+    } catch {
+      return 0;
+    }
+    const m = /^gen-(\d{1,18})\n?$/.exec(text);
+    return m ? Number(m[1]) : 0;
+  }
+
+  /**
+   * The disk as generation `generation` froze it: the layers recorded in meta.json for its
+   * generation, then the layers of any later generation up to `generation` (a pause whose
+   * meta.json update did not happen). Paths are absolute, oldest first.
+   */
+  async diskLayersAt(meta: SandboxMeta, generation: number): Promise<string[]> {
+    const recorded = meta.generation !== undefined && meta.generation <= generation ? meta.generation : 0;
+    const layers = recorded ? [...(meta.diskLayers ?? [])] : [];
+    for (let g = recorded + 1; g <= generation; g++) {
+      const p = `snapshots/gen-${g}/disk0.overlay`;
+      if (await stat(join(this.path, p)).then(() => true, () => false)) layers.push(p);
+    }
+    return layers.map((p) => join(this.path, p));
+  }
+
+  /** Bytes the directory takes on disk (allocated blocks; a file linked twice counts once). */
+  async bytesOnDisk(): Promise<number> {
+    const seen = new Set<string>();
+    let total = 0;
+    const walk = async (dir: string): Promise<void> => {
+      for (const entry of await readdir(dir, { withFileTypes: true }).catch(() => [])) {
+        const p = join(dir, entry.name);
+        const st = await lstat(p).catch(() => null);
+        if (!st) continue;
+        const key = `${st.dev}:${st.ino}`;
+        if (seen.has(key)) continue;
+        seen.add(key);
+        total += st.blocks * 512;
+        if (st.isDirectory()) await walk(p);
+      }
+    };
+    await walk(this.path);
+    return total;
+  }
+
+  /**
+   * After a pause that stopped the machine: the top layers (each frozen one is hard-linked into
+   * its generation) and create's first overlay are no longer anyone's, unless the generation's
+   * disk names the first overlay itself (a sandbox never paused, booted from that disk).
+   */
+  async dropUnusedTops(diskLayers: readonly string[]): Promise<void> {
+    await rm(join(this.snapshots, 'tops'), { recursive: true, force: true });
+    if (diskLayers.includes('overlay')) return;
+    for (const p of [this.firstOverlay, `${this.firstOverlay}.map`]) await unlink(p).catch(() => undefined);
+  }
+
+  async remove(): Promise<void> {
+    // Renamed aside first: a reader never sees half a directory under the sandbox's name.
+    const aside = join(this.path, '..', `.removing-${this.id}-${randomBytes(3).toString('hex')}`);
+    try {
+      await rename(this.path, aside);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return;
+      throw err;
+    }
+    await rm(aside, { recursive: true, force: true });
+  }
+}
+
+/** The ids of the sandboxes under a torpor home. */
+export async function sandboxIds(home: string = torporHome()): Promise<string[]> {
+  const names = await readdir(homeLayout(home).sandboxes).catch(() => [] as string[]);
+  return names.filter((n) => ID_PATTERN.test(n)).sort();
+}
