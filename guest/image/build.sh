@@ -20,7 +20,7 @@ out=${1:?usage: build.sh OUTDIR}
 suite=bookworm
 # Keep in step with the README's list of what the base image holds.
 packages=(bash coreutils findutils grep sed tar gzip procps util-linux iproute2
-          ca-certificates python3 sqlite3 sudo)
+          ca-certificates python3 sqlite3 sudo curl git)
 
 if [[ $(id -u) -ne 0 ]]; then
   echo "build.sh: building the root filesystem needs root: mmdebstrap's root mode creates files owned by root" >&2
