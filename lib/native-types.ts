@@ -42,6 +42,8 @@ export interface NativeMachineConfig {
   /** Guest CID; omit for no vsock device. */
   vsockCid?: number;
   rng?: boolean;
+  /** virtio-net: the MAC, and the backend's Unix socket (QEMU stream protocol: passt) to connect now. */
+  net?: { mac: string; backendSocket?: string };
   /** Append everything the guest prints on the serial port to this file. */
   consoleLog?: string;
   /** Bytes of console output kept in memory (consoleTail); default 64 KiB. */
@@ -132,6 +134,12 @@ export interface NativeMachine {
   vsockConnect(port: number, timeoutMs?: number): Promise<number>;
   /** Sends a vsock transport-reset event to the guest, dropping every connection. */
   vsockReset(): void;
+  /** Connects the network device to a backend's Unix socket, replacing the one before (NET_BACKEND on failure). */
+  netAttach(socketPath: string): void;
+  /** The same over a new socketpair; returns the other end's fd (the caller closes it once handed on). */
+  netAttachPair(): number;
+  /** Why the network backend's socket died; '' while it lives. */
+  netBackendError(): string;
   /** Bounds-checked read of guest-physical memory (tests, debugging). Throws GUEST_MEMORY out of range. */
   readGuest(gpa: number, length: number): Buffer;
   stats(): NativeMachineStats;

@@ -47,6 +47,13 @@ export interface MachineOptions {
   vsockCid?: number;
   /** Adds a virtio-rng device. */
   rng?: boolean;
+  /**
+   * Adds a virtio-net device with this MAC ("52:54:00:xx:xx:xx"; a snapshot keeps it). Its backend is
+   * a user-mode network stack speaking QEMU's stream protocol on a Unix socket (passt --socket):
+   * `backendSocket` connects it at build time, netAttach() later (a restored machine has none).
+   * Without a backend the guest sees the link down.
+   */
+  net?: { mac: string; backendSocket?: string };
   /** Append the guest's serial output to this file. */
   consoleLog?: string;
   /** Bytes of console output kept for consoleTail(); default 64 KiB. */
@@ -123,14 +130,23 @@ export function toNativeConfig(opts: MachineOptions): NativeMachineConfig {
   }
   if (opts.vsockCid !== undefined) cfg.vsockCid = checkInt('vsockCid', opts.vsockCid, 3, 0xfffffffe); // 0xffffffff: VMADDR_CID_ANY
   if (opts.rng !== undefined) cfg.rng = Boolean(opts.rng);
+  if (opts.net !== undefined) {
+    if (opts.net === null || typeof opts.net !== 'object') throw new InvalidArgumentError('net must be an object');
+    const mac = checkString('net.mac', opts.net.mac, true)!;
+    if (!/^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$/.test(mac) || (parseInt(mac.slice(0, 2), 16) & 1) !== 0)
+      throw new InvalidArgumentError(`net.mac must be a unicast MAC like 52:54:00:12:34:56, not ${JSON.stringify(mac)}`);
+    cfg.net = { mac };
+    const sock = checkString('net.backendSocket', opts.net.backendSocket, false);
+    if (sock) cfg.net.backendSocket = sock;
+  }
   const log = checkString('consoleLog', opts.consoleLog, false);
   if (log !== undefined) cfg.consoleLog = log;
   if (opts.consoleRingBytes !== undefined)
     cfg.consoleRingBytes = checkInt('consoleRingBytes', opts.consoleRingBytes, 1, 64 * 1024 * 1024);
   const dev = checkString('kvmDevice', opts.kvmDevice, false);
   if (dev !== undefined) cfg.kvmDevice = dev;
-  if (cfg.disks.length + (cfg.vsockCid !== undefined ? 1 : 0) + (cfg.rng ? 1 : 0) > 19)
-    throw new InvalidArgumentError('at most 19 virtio devices (disks + vsock + rng)');
+  if (cfg.disks.length + (cfg.vsockCid !== undefined ? 1 : 0) + (cfg.rng ? 1 : 0) + (cfg.net ? 1 : 0) > 19)
+    throw new InvalidArgumentError('at most 19 virtio devices (disks + vsock + rng + net)');
   return cfg;
 }
 
@@ -435,6 +451,27 @@ export class Machine extends EventEmitter<MachineEvents> {
   /** Sends a transport reset to the guest: every vsock connection drops. */
   vsockReset(): void {
     this.#native.vsockReset();
+  }
+
+  /**
+   * Connects the network device to a backend's Unix socket (QEMU stream protocol), replacing the
+   * one before: a restored machine's network starts here. NET_BACKEND when nothing listens there,
+   * INVALID_STATE without a network device.
+   */
+  netAttach(socketPath: string): void {
+    checkString('socketPath', socketPath, true);
+    this.#native.netAttach(socketPath);
+  }
+  /**
+   * Connects the network device to a new socketpair and returns the other end's fd, for a backend
+   * process started with it (passt --fd). The caller owns the fd: close it once the child has it.
+   */
+  netAttachPair(): number {
+    return this.#native.netAttachPair();
+  }
+  /** Why the network backend's socket died (it hung up, or broke the protocol); '' while it lives. */
+  netBackendError(): string {
+    return this.#native.netBackendError();
   }
 
   /** Bounds-checked read of guest-physical memory (GUEST_MEMORY outside RAM). */

@@ -59,6 +59,15 @@ MachineConfig parse_config(const Napi::Value& v) {
   // 0xffffffff is VMADDR_CID_ANY, never a guest's address.
   if (js::has(o, "vsockCid")) c.vsock_cid = js::get_uint(o, "vsockCid", 3, 0xfffffffeull, std::nullopt);
   c.rng = js::get_bool(o, "rng", false);
+  if (js::has(o, "net")) {
+    Napi::Value nv = unwrap(o.Get("net"));
+    if (!nv.IsObject()) throw Error(code::kInvalidArgument, "net must be an object");
+    Napi::Object n = nv.As<Napi::Object>();
+    NetOptions net;
+    net.mac = js::get_string(n, "mac", true);
+    net.backend_socket = js::get_string(n, "backendSocket", false);
+    c.net = std::move(net);
+  }
   c.console_log = js::get_string(o, "consoleLog", false);
   c.console_ring_bytes = js::get_uint(o, "consoleRingBytes", 1, 64u << 20, 64 * 1024);
   c.kvm_device = js::get_string(o, "kvmDevice", false, "/dev/kvm");
@@ -85,6 +94,9 @@ Napi::Function MachineWrap::define(Napi::Env env) {
                          InstanceMethod<&MachineWrap::console_tail>("consoleTail"),
                          InstanceMethod<&MachineWrap::vsock_connect>("vsockConnect"),
                          InstanceMethod<&MachineWrap::vsock_reset>("vsockReset"),
+                         InstanceMethod<&MachineWrap::net_attach>("netAttach"),
+                         InstanceMethod<&MachineWrap::net_attach_pair>("netAttachPair"),
+                         InstanceMethod<&MachineWrap::net_backend_error>("netBackendError"),
                          InstanceMethod<&MachineWrap::read_guest>("readGuest"),
                          InstanceMethod<&MachineWrap::stats>("stats"),
                          InstanceMethod<&MachineWrap::kernel_cmdline>("kernelCmdline"),
@@ -618,6 +630,31 @@ Napi::Value MachineWrap::vsock_reset(const Napi::CallbackInfo& info) {
     if (!host) throw Error(code::kInvalidState, "this machine has no vsock device (set vsockCid)");
     host->transport_reset();
     return info.Env().Undefined();
+  });
+}
+
+// Connects the network device to a backend's Unix socket (a fresh passt after
+// a restore). Connecting a Unix socket does not wait on the peer: it is done
+// here, on the JS thread.
+Napi::Value MachineWrap::net_attach(const Napi::CallbackInfo& info) {
+  return guarded(info.Env(), [&]() -> Napi::Value {
+    if (!info[0].IsString()) throw Error(code::kInvalidArgument, "netAttach: socket path must be a string");
+    live_machine().net_attach(info[0].As<Napi::String>().Utf8Value());
+    return info.Env().Undefined();
+  });
+}
+
+// The fd returned is not close-on-exec's concern of ours: it is CLOEXEC, and
+// child_process maps it onto the child's fd 3 (dup2 clears the flag there).
+Napi::Value MachineWrap::net_attach_pair(const Napi::CallbackInfo& info) {
+  return guarded(info.Env(), [&]() -> Napi::Value {
+    return Napi::Number::New(info.Env(), live_machine().net_attach_pair());
+  });
+}
+
+Napi::Value MachineWrap::net_backend_error(const Napi::CallbackInfo& info) {
+  return guarded(info.Env(), [&]() -> Napi::Value {
+    return Napi::String::New(info.Env(), live_machine().net_backend_error());
   });
 }
 

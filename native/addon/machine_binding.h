@@ -68,6 +68,9 @@ class MachineWrap : public Napi::ObjectWrap<MachineWrap> {
   Napi::Value console_tail(const Napi::CallbackInfo& info);
   Napi::Value vsock_connect(const Napi::CallbackInfo& info);
   Napi::Value vsock_reset(const Napi::CallbackInfo& info);
+  Napi::Value net_attach(const Napi::CallbackInfo& info);
+  Napi::Value net_attach_pair(const Napi::CallbackInfo& info);
+  Napi::Value net_backend_error(const Napi::CallbackInfo& info);
   Napi::Value read_guest(const Napi::CallbackInfo& info);
   Napi::Value stats(const Napi::CallbackInfo& info);
   Napi::Value kernel_cmdline(const Napi::CallbackInfo& info);

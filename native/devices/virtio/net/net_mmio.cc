@@ -31,6 +31,19 @@ void NetMmioDevice::attach_stream(Fd socket) {
   backend_ = std::move(b);
 }
 
+Fd NetMmioDevice::attach_pair() {
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+    throw_sys_error(code::kNetBackend, "network backend: socketpair()");
+  Fd ours(sv[0]), theirs(sv[1]);
+  // Large socket buffers: frames queue in the kernel, not in our process.
+  int size = 1 << 20;
+  ::setsockopt(ours.get(), SOL_SOCKET, SO_SNDBUF, &size, sizeof(size));
+  ::setsockopt(ours.get(), SOL_SOCKET, SO_RCVBUF, &size, sizeof(size));
+  attach_stream(std::move(ours));
+  return theirs;
+}
+
 void NetMmioDevice::connect_stream(const std::string& path) { attach_stream(connect_unix_stream(path)); }
 
 std::string NetMmioDevice::backend_error() {

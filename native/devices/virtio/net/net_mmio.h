@@ -35,6 +35,9 @@ class NetMmioDevice final : public VirtioMmioDevice {
   // Connects to a Unix stream socket (passt's --socket path) and attaches it.
   // Throws Error(NET_BACKEND) when nothing listens there.
   void connect_stream(const std::string& path);
+  // Makes a socketpair, attaches one end and returns the other (the caller
+  // owns it): hand it to a backend process (passt --fd). Throws NET_BACKEND.
+  Fd attach_pair();
   // Removes the backend (the guest sees the link go down).
   void detach_backend();
 
