@@ -12,10 +12,12 @@ import { existsSync } from 'node:fs';
 import { mkdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 
-import { KvmUnavailableError, TemplateNotFoundError } from '../errors.js';
+import { InvalidArgumentError, KvmUnavailableError, TemplateNotFoundError } from '../errors.js';
 import type { AgentClient } from '../agent/client.js';
 import { homeLayout, torporHome } from '../store/home.js';
 import { Machine } from '../vm/machine.js';
+import { type NetworkOptions, resolveNetwork } from '../net/options.js';
+import { SandboxNetwork } from '../net/sandbox-network.js';
 import { createAgentApi } from './agent-api.js';
 import { GUEST_CID, awaitBootedAgent } from './readiness.js';
 export { GUEST_CID };
@@ -46,6 +48,8 @@ export interface SandboxOpts {
   };
   /** Kill the sandbox after this long (default: never). */
   timeoutMs?: number;
+  /** The guest's network (lib/net/options.ts): egress on, host loopback off by default; false: no network device. */
+  network?: NetworkOptions | false;
 }
 
 export const GUEST_CMDLINE =
@@ -53,7 +57,7 @@ export const GUEST_CMDLINE =
   'acpi=off root=/dev/vda rw init=/usr/sbin/torpor-agent quiet';
 export { AGENT_VSOCK_PORT, READY_LINE, awaitBootedAgent, awaitRestoredAgent, connectAgent } from './readiness.js';
 
-const OPT_KEYS = ['template', 'vcpus', 'memoryMiB', 'envs', 'metadata', 'boot', 'timeoutMs'] as const;
+const OPT_KEYS = ['template', 'vcpus', 'memoryMiB', 'envs', 'metadata', 'boot', 'timeoutMs', 'network'] as const;
 
 function validate(opts: SandboxOpts): void {
   checkObject('opts', opts);
@@ -70,6 +74,7 @@ function validate(opts: SandboxOpts): void {
   checkString('opts.boot.cmdlineExtra', opts.boot?.cmdlineExtra);
   checkInt('opts.boot.timeoutMs', opts.boot?.timeoutMs, 1, 2 ** 31 - 1);
   if (opts.boot?.kernel !== undefined && !existsSync(opts.boot.kernel)) fail('opts.boot.kernel', 'an existing file', opts.boot.kernel);
+  resolveNetwork('opts.network', opts.network);
 }
 
 /** Whether this host can boot a Linux guest, and if not, exactly why and what to do. */
@@ -102,6 +107,7 @@ export class Sandbox implements AsyncDisposable {
   readonly pty: Pty;
   private killed = false;
   private lifetimeTimer: NodeJS.Timeout | undefined;
+  private network: SandboxNetwork | undefined;
 
   private constructor(
     id: string,
@@ -155,22 +161,29 @@ export class Sandbox implements AsyncDisposable {
     // Every failure from here on stops what was started and removes the sandbox's directory.
     let machine: Machine | undefined;
     let client: AgentClient | undefined;
+    let network: SandboxNetwork | undefined;
+    const netOpts = resolveNetwork('opts.network', opts.network);
+    const netMachine = netOpts ? SandboxNetwork.machineOptions(id) : undefined;
     try {
       await mkdir(dir, { recursive: true });
       await writeMeta(dir, meta);
       // Built on the thread pool: the kernel file and KVM's VM setup never block the JS thread.
+      const cmdline = [GUEST_CMDLINE, netMachine?.cmdline, opts.boot?.cmdlineExtra].filter(Boolean).join(' ');
       machine = await Machine.build({
         kernel: artifacts.kernel,
-        cmdline: opts.boot?.cmdlineExtra ? `${GUEST_CMDLINE} ${opts.boot.cmdlineExtra}` : GUEST_CMDLINE,
+        cmdline,
         vcpus: meta.vcpus,
         memoryMiB: meta.memoryMiB,
         disks: [{ base: artifacts.rootfs, overlay: join(dir, 'overlay') }],
         vsockCid: GUEST_CID,
         consoleLog: join(dir, 'console.log'),
+        ...(netMachine ? { net: netMachine.net } : {}),
       });
+      if (netOpts) network = await SandboxNetwork.start(machine, netOpts);
       await machine.start();
       client = await awaitBootedAgent(machine, opts.boot?.timeoutMs ?? 30_000);
       const sbx = new Sandbox(id, dir, machine, client, opts.envs);
+      sbx.network = network;
       await writeMeta(dir, { ...meta, state: 'running' });
       if (opts.timeoutMs) {
         sbx.lifetimeTimer = setTimeout(() => void sbx.kill().catch(() => undefined), opts.timeoutMs);
@@ -181,6 +194,7 @@ export class Sandbox implements AsyncDisposable {
       // The client first: with reconnect on, a client left open would keep dialling a stopped machine.
       await client?.close().catch(() => undefined);
       await machine?.stop().catch(() => undefined);
+      await network?.stop().catch(() => undefined);
       await rm(dir, { recursive: true, force: true }).catch(() => undefined);
       throw err;
     }
@@ -189,6 +203,17 @@ export class Sandbox implements AsyncDisposable {
   /** The guest's recent console output (kernel messages, agent log lines). */
   consoleLog(): string {
     return tailText(this.machine);
+  }
+
+  /**
+   * '127.0.0.1:<host port>' where the host reaches the guest's TCP `port` (one of
+   * `network.ports`). INVALID_ARGUMENT for a port not forwarded; NET_BACKEND if the network
+   * backend died.
+   */
+  getHost(port: number): string {
+    checkInt('port', port, 1, 65535);
+    if (!this.network) throw new InvalidArgumentError('this sandbox has no network (network: false)');
+    return this.network.getHost(port);
   }
 
   /** Stops the machine and deletes the sandbox's files. Idempotent. */
@@ -200,6 +225,7 @@ export class Sandbox implements AsyncDisposable {
       await this.client.close();
       await this.machine.stop();
     } finally {
+      await this.network?.stop().catch(() => undefined);
       await rm(this.dir, { recursive: true, force: true });
     }
   }
