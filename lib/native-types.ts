@@ -138,6 +138,8 @@ export interface NativeMachine {
   netAttach(socketPath: string): void;
   /** The same over a new socketpair; returns the other end's fd (the caller closes it once handed on). */
   netAttachPair(): number;
+  /** What the guest may send (egress off: ARP/NDP/DHCP, replies from guestPorts, packets to allowIpv4). */
+  netEgressPolicy(policy: { egress: boolean; guestPorts?: number[]; allowIpv4?: string[] }): void;
   /** Why the network backend's socket died; '' while it lives. */
   netBackendError(): string;
   /** Bounds-checked read of guest-physical memory (tests, debugging). Throws GUEST_MEMORY out of range. */

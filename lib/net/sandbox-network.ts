@@ -4,7 +4,7 @@
 // the same MAC, addresses and, where still free, the same host ports.
 import { TorporError } from '../errors.js';
 import type { Machine } from '../vm/machine.js';
-import { type ResolvedNetwork, macFor, netCmdline } from './options.js';
+import { GUEST_NET, type ResolvedNetwork, macFor, netCmdline } from './options.js';
 import { Passt } from './passt.js';
 
 export class SandboxNetwork {
@@ -25,6 +25,12 @@ export class SandboxNetwork {
 
   /** Starts the backend for `machine` (built with machineOptions, not yet running). NET_BACKEND on failure. */
   static async start(machine: Machine, network: ResolvedNetwork, hostPorts?: Map<number, number>): Promise<SandboxNetwork> {
+    // The policy before the backend: no frame of the guest's reaches passt unchecked.
+    machine.netEgressPolicy({
+      egress: network.egress,
+      guestPorts: network.ports,
+      allowIpv4: network.allowHostLoopback ? [GUEST_NET.gateway] : [],
+    });
     const fd = machine.netAttachPair();
     const passt = await Passt.start({ fd, network, ...(hostPorts ? { hostPorts } : {}) });
     return new SandboxNetwork(passt);

@@ -469,6 +469,14 @@ export class Machine extends EventEmitter<MachineEvents> {
   netAttachPair(): number {
     return this.#native.netAttachPair();
   }
+  /**
+   * What the guest may send from now on. `egress: true` (the default): everything. Off: ARP, IPv6
+   * neighbour discovery and DHCP, TCP from `guestPorts` (replies of forwarded services) and
+   * packets to `allowIpv4`; the device drops the rest before the backend sees it.
+   */
+  netEgressPolicy(policy: { egress: boolean; guestPorts?: number[]; allowIpv4?: string[] }): void {
+    this.#native.netEgressPolicy(policy);
+  }
   /** Why the network backend's socket died (it hung up, or broke the protocol); '' while it lives. */
   netBackendError(): string {
     return this.#native.netBackendError();

@@ -1,5 +1,6 @@
 #include "addon/machine_binding.h"
 
+#include <arpa/inet.h>
 #include <unistd.h>
 
 #include <functional>
@@ -96,6 +97,7 @@ Napi::Function MachineWrap::define(Napi::Env env) {
                          InstanceMethod<&MachineWrap::vsock_reset>("vsockReset"),
                          InstanceMethod<&MachineWrap::net_attach>("netAttach"),
                          InstanceMethod<&MachineWrap::net_attach_pair>("netAttachPair"),
+                         InstanceMethod<&MachineWrap::net_egress_policy>("netEgressPolicy"),
                          InstanceMethod<&MachineWrap::net_backend_error>("netBackendError"),
                          InstanceMethod<&MachineWrap::read_guest>("readGuest"),
                          InstanceMethod<&MachineWrap::stats>("stats"),
@@ -644,11 +646,45 @@ Napi::Value MachineWrap::net_attach(const Napi::CallbackInfo& info) {
   });
 }
 
-// The fd returned is not close-on-exec's concern of ours: it is CLOEXEC, and
-// child_process maps it onto the child's fd 3 (dup2 clears the flag there).
+// The fd returned is CLOEXEC; child_process maps it onto the child's fd 3
+// (dup2 clears the flag there).
 Napi::Value MachineWrap::net_attach_pair(const Napi::CallbackInfo& info) {
   return guarded(info.Env(), [&]() -> Napi::Value {
     return Napi::Number::New(info.Env(), live_machine().net_attach_pair());
+  });
+}
+
+// netEgressPolicy({ egress, guestPorts: number[], allowIpv4: string[] })
+Napi::Value MachineWrap::net_egress_policy(const Napi::CallbackInfo& info) {
+  return guarded(info.Env(), [&]() -> Napi::Value {
+    if (!info[0].IsObject()) throw Error(code::kInvalidArgument, "netEgressPolicy: policy must be an object");
+    Napi::Object o = info[0].As<Napi::Object>();
+    EgressPolicy p;
+    p.egress = js::get_bool(o, "egress", true);
+    if (js::has(o, "guestPorts")) {
+      Napi::Value v = unwrap(o.Get("guestPorts"));
+      if (!v.IsArray()) throw Error(code::kInvalidArgument, "guestPorts must be an array");
+      Napi::Array a = v.As<Napi::Array>();
+      if (a.Length() > 1024) throw Error(code::kInvalidArgument, "at most 1024 guest ports");
+      for (uint32_t i = 0; i < a.Length(); i++)
+        p.guest_ports.push_back(static_cast<uint16_t>(js::to_uint(unwrap(a.Get(i)), "guest port", 1, 65535)));
+    }
+    if (js::has(o, "allowIpv4")) {
+      Napi::Value v = unwrap(o.Get("allowIpv4"));
+      if (!v.IsArray()) throw Error(code::kInvalidArgument, "allowIpv4 must be an array");
+      Napi::Array a = v.As<Napi::Array>();
+      if (a.Length() > 64) throw Error(code::kInvalidArgument, "at most 64 allowed addresses");
+      for (uint32_t i = 0; i < a.Length(); i++) {
+        Napi::Value e = unwrap(a.Get(i));
+        if (!e.IsString()) throw Error(code::kInvalidArgument, "allowIpv4 entries must be strings");
+        uint32_t addr;
+        if (inet_pton(AF_INET, e.As<Napi::String>().Utf8Value().c_str(), &addr) != 1)
+          throw Error(code::kInvalidArgument, "allowIpv4 entries must be dotted IPv4 addresses");
+        p.allowed_ipv4.push_back(addr);
+      }
+    }
+    live_machine().net_set_egress_policy(std::move(p));
+    return info.Env().Undefined();
   });
 }
 

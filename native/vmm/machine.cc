@@ -302,6 +302,13 @@ int Machine::net_attach_pair() {
   return net->attach_pair().release();
 }
 
+void Machine::net_set_egress_policy(EgressPolicy policy) {
+  if (released()) throw Error(code::kInvalidState, "the machine was stopped and its network device released");
+  NetMmioDevice* net = net_dev_ ? virtio_net_of(*net_dev_) : nullptr;
+  if (!net) throw Error(code::kInvalidState, "this machine has no network device (set net)");
+  net->set_egress_policy(std::move(policy));
+}
+
 std::string Machine::net_backend_error() {
   if (released() || !net_dev_) return "";
   NetMmioDevice* net = virtio_net_of(*net_dev_);

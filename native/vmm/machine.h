@@ -28,6 +28,7 @@
 
 #include "common/error.h"
 #include "devices/bus.h"
+#include "devices/virtio/net/egress_policy.h"
 #include "devices/virtio/virtio_mmio.h"
 #include "vmm/console.h"
 #include "base/event_loop.h"
@@ -192,6 +193,8 @@ class Machine final : private VcpuHost {
   // The same over a new socketpair: returns the other end, which the caller
   // owns and hands to the backend process (passt --fd).
   int net_attach_pair();
+  // What the guest may send (egress off: see devices/virtio/net/egress_policy.h).
+  void net_set_egress_policy(EgressPolicy policy);
   // Why the network backend died ("" while it lives or with no device).
   std::string net_backend_error();
   HostKind host_kind() const { return host_kind_; }

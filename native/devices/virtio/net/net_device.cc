@@ -135,6 +135,10 @@ void VirtioNetDevice::send_chain(const DescriptorChain& chain) {
     stats_.tx_dropped++;
     return;
   }
+  if (!egress_allows(policy_, scratch_.data(), frame_len)) {
+    stats_.tx_filtered++;
+    return;
+  }
   backend_->send(scratch_.data(), frame_len);
   stats_.tx_frames++;
   stats_.tx_bytes += frame_len;

@@ -35,8 +35,10 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "devices/virtio/net/egress_policy.h"
 #include "devices/virtio/queue/queue.h"
 #include "devices/virtio/virtio_device.h"
 #include "base/guest_memory.h"
@@ -85,6 +87,7 @@ struct NetStats {
   uint64_t tx_frames = 0, tx_bytes = 0;
   uint64_t rx_frames = 0, rx_bytes = 0;
   uint64_t tx_dropped = 0;   // malformed or too large, or no backend
+  uint64_t tx_filtered = 0;  // refused by the egress policy
   uint64_t rx_dropped = 0;   // device not active, malformed, or larger than the rx buffer
   uint64_t tx_stalls = 0;    // times the backend was full
   uint64_t rx_refused = 0;   // times receive() said "not now"
@@ -121,6 +124,9 @@ class VirtioNetDevice final : public VirtioDevice {
   // One frame from the network. true: taken (written to the guest, or
   // dropped as Ethernet may); false: not now, keep it and wait for rx_ready().
   bool receive(const uint8_t* frame, size_t len);
+  // What the guest may send (per run: the owner sets it with each backend;
+  // not part of a snapshot).
+  void set_egress_policy(EgressPolicy policy) { policy_ = std::move(policy); }
   // Interrupts the guest once for the frames receive() wrote since the last call.
   void end_rx_batch();
   // The backend has room again after can_send() said no.
@@ -144,6 +150,7 @@ class VirtioNetDevice final : public VirtioDevice {
   bool tx_stalled_ = false;  // chains wait for tx_ready()
   bool rx_unsignalled_ = false;
   DescriptorChain tx_chain_, rx_chain_;
+  EgressPolicy policy_;
   std::vector<uint8_t> scratch_;  // one tx frame with its header
   NetStats stats_;
 };

@@ -155,6 +155,29 @@ TEST("virtio-net: runt, oversized and header-only tx chains are dropped and retu
   CHECK(!(reg_read(r.dev, virtio_mmio::kStatus) & virtio::kStatusNeedsReset));
 }
 
+TEST("virtio-net: frames the egress policy refuses never reach the backend") {
+  Rig r;
+  EgressPolicy closed;
+  closed.egress = false;
+  {
+    std::lock_guard<std::mutex> lock(r.dev.lock());
+    r.net->set_egress_policy(closed);
+  }
+  auto ipv4 = frame_of(60, 0);
+  ipv4[12] = 0x08;
+  ipv4[13] = 0x00;
+  auto arp = frame_of(60, 0);
+  arp[12] = 0x08;
+  arp[13] = 0x06;
+  r.transmit(ipv4);
+  r.transmit(arp);
+  r.dev.notify(VirtioNetDevice::kTxQueue);
+  CHECK_EQ(r.backend.sent.size(), size_t{1});
+  CHECK(r.backend.sent[0] == arp);
+  CHECK_EQ(r.net->stats().tx_filtered, uint64_t{1});
+  CHECK_EQ(r.txq.used_idx(), uint16_t{2});
+}
+
 TEST("virtio-net: without a backend tx frames are consumed and dropped") {
   Rig r;
   r.attach(nullptr);

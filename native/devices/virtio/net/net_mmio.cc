@@ -46,6 +46,11 @@ Fd NetMmioDevice::attach_pair() {
 
 void NetMmioDevice::connect_stream(const std::string& path) { attach_stream(connect_unix_stream(path)); }
 
+void NetMmioDevice::set_egress_policy(EgressPolicy policy) {
+  std::lock_guard<std::mutex> lock(transport_->lock());
+  net_->set_egress_policy(std::move(policy));
+}
+
 std::string NetMmioDevice::backend_error() {
   std::lock_guard<std::mutex> lock(transport_->lock());
   return backend_ ? backend_->error() : std::string();

@@ -38,6 +38,8 @@ class NetMmioDevice final : public VirtioMmioDevice {
   // Makes a socketpair, attaches one end and returns the other (the caller
   // owns it): hand it to a backend process (passt --fd). Throws NET_BACKEND.
   Fd attach_pair();
+  // What the guest may send from now on (lib/net sets it with each backend).
+  void set_egress_policy(EgressPolicy policy);
   // Removes the backend (the guest sees the link go down).
   void detach_backend();
 

@@ -38,7 +38,7 @@ StreamBackend::~StreamBackend() {
 }
 
 void StreamBackend::start() {
-  armed_ = EPOLLIN;
+  armed_ = uint32_t{EPOLLIN};
   if (!loop_.add(fd_.get(), armed_, [this](uint32_t ev) { on_events(ev); }))
     throw_sys_error(code::kNetBackend, "network backend: epoll refused the socket");
   std::lock_guard<std::mutex> lock(lock_);
@@ -148,7 +148,11 @@ bool StreamBackend::flush_out() {
 
 void StreamBackend::rearm() {
   if (!registered_) return;
-  uint32_t want = dead_ ? 0 : ((rx_paused_ ? 0 : EPOLLIN) | (out_off_ < out_.size() ? EPOLLOUT : 0));
+  uint32_t want = 0;
+  if (!dead_) {
+    if (!rx_paused_) want |= EPOLLIN;
+    if (out_off_ < out_.size()) want |= EPOLLOUT;
+  }
   if (want == armed_) return;
   armed_ = want;
   loop_.modify(fd_.get(), want);
