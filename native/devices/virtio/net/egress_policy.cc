@@ -19,7 +19,7 @@ bool port_allowed(const EgressPolicy& p, uint16_t port) {
 
 bool ipv4_allows(const EgressPolicy& p, const uint8_t* ip, size_t len) {
   if (len < 20 || (ip[0] >> 4) != 4) return false;
-  size_t ihl = size_t{ip[0] & 0x0f} * 4;
+  size_t ihl = static_cast<size_t>(ip[0] & 0x0f) * 4;
   if (ihl < 20 || ihl > len) return false;
   uint32_t dst;
   std::memcpy(&dst, ip + 16, 4);
