@@ -168,7 +168,7 @@ export class Sandbox implements AsyncDisposable {
       await mkdir(dir, { recursive: true });
       await writeMeta(dir, meta);
       // Built on the thread pool: the kernel file and KVM's VM setup never block the JS thread.
-      const cmdline = [GUEST_CMDLINE, netMachine?.cmdline, opts.boot?.cmdlineExtra].filter(Boolean).join(' ');
+      const cmdline = [GUEST_CMDLINE, opts.boot?.cmdlineExtra, netMachine?.cmdline].filter(Boolean).join(' ');
       machine = await Machine.build({
         kernel: artifacts.kernel,
         cmdline,
