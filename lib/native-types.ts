@@ -138,6 +138,8 @@ export interface NativeMachine {
   netAttach(socketPath: string): void;
   /** The same over a new socketpair; returns the other end's fd (the caller closes it once handed on). */
   netAttachPair(): number;
+  /** Attaches the network device to `fd` (a connected stream socket); the machine owns it from here. */
+  netAttachFd(fd: number): void;
   /** What the guest may send (egress off: ARP/NDP/DHCP, replies from guestPorts, packets to allowIpv4). */
   netEgressPolicy(policy: { egress: boolean; guestPorts?: number[]; allowIpv4?: string[] }): void;
   /** Why the network backend's socket died; '' while it lives. */
@@ -169,6 +171,8 @@ export interface NativeBinding {
   restorePool(depth?: number): { depth: number; idle: number };
   /** KVM ioctls this process made so far, KVM_RUN aside (benchmarks: KVM calls per path). */
   kvmCallCount(): number;
+  /** A connected pair of Unix stream sockets (CLOEXEC fds): one for netAttachFd, one for the backend process. */
+  netSocketPair(): [number, number];
   /** Build facts: addon version, compiler, whether built with sanitizers. */
   buildInfo(): { version: string; compiler: string };
 }

@@ -1,18 +1,25 @@
 // A sandbox's network for one run of its machine: the virtio-net device's backend (passt, on
-// a socketpair) and the forwarded ports. Started after the machine is built and before it
-// runs; stopped with it. Pause/resume (later): stop() on pause, start() again on resume with
-// the same MAC, addresses and, where still free, the same host ports.
+// a socketpair) and the forwarded ports. prepare() starts passt before the machine exists, so
+// its start overlaps Machine.build; attach() hands the machine its end before it runs; stop()
+// ends passt with the machine. Pause/resume (later): stop() on pause, prepare() + attach()
+// again on resume with the same MAC, addresses and, where still free, the same host ports.
+import { closeSync } from 'node:fs';
+
 import { TorporError } from '../errors.js';
-import type { Machine } from '../vm/machine.js';
+import { Machine } from '../vm/machine.js';
 import { GUEST_NET, type ResolvedNetwork, macFor, netCmdline } from './options.js';
 import { Passt } from './passt.js';
 
 export class SandboxNetwork {
   #passt: Passt;
+  #network: ResolvedNetwork;
+  #machineEnd: number | undefined;
   #failure: TorporError | undefined;
 
-  private constructor(passt: Passt) {
+  private constructor(passt: Passt, network: ResolvedNetwork, machineEnd: number) {
     this.#passt = passt;
+    this.#network = network;
+    this.#machineEnd = machineEnd;
     passt.onUnexpectedExit((err) => {
       this.#failure = err;
     });
@@ -23,17 +30,29 @@ export class SandboxNetwork {
     return { net: { mac: macFor(sandboxId) }, cmdline: netCmdline() };
   }
 
-  /** Starts the backend for `machine` (built with machineOptions, not yet running). NET_BACKEND on failure. */
-  static async start(machine: Machine, network: ResolvedNetwork, hostPorts?: Map<number, number>): Promise<SandboxNetwork> {
-    // The policy before the backend: no frame of the guest's reaches passt unchecked.
+  /** Starts the backend on a new socketpair, before the machine exists. NET_BACKEND on failure. */
+  static async prepare(network: ResolvedNetwork, hostPorts?: Map<number, number>): Promise<SandboxNetwork> {
+    const [machineEnd, passtEnd] = Machine.netSocketPair();
+    try {
+      const passt = await Passt.start({ fd: passtEnd, network, ...(hostPorts ? { hostPorts } : {}) });
+      return new SandboxNetwork(passt, network, machineEnd);
+    } catch (err) {
+      closeSync(machineEnd);
+      throw err;
+    }
+  }
+
+  /** Connects `machine` (built with machineOptions, not yet running) to the backend: the egress policy first. */
+  attach(machine: Machine): void {
+    if (this.#machineEnd === undefined) throw new TorporError('INVALID_STATE', 'this network was attached or stopped already');
     machine.netEgressPolicy({
-      egress: network.egress,
-      guestPorts: network.ports,
-      allowIpv4: network.allowHostLoopback ? [GUEST_NET.gateway] : [],
+      egress: this.#network.egress,
+      guestPorts: this.#network.ports,
+      allowIpv4: this.#network.allowHostLoopback ? [GUEST_NET.gateway] : [],
     });
-    const fd = machine.netAttachPair();
-    const passt = await Passt.start({ fd, network, ...(hostPorts ? { hostPorts } : {}) });
-    return new SandboxNetwork(passt);
+    const fd = this.#machineEnd;
+    this.#machineEnd = undefined;
+    machine.netAttachFd(fd);
   }
 
   /** '127.0.0.1:<host port>' for a forwarded guest port. */
@@ -57,7 +76,11 @@ export class SandboxNetwork {
   }
 
   /** Ends the backend (every flow with it). Idempotent. */
-  stop(): Promise<void> {
-    return this.#passt.stop();
+  async stop(): Promise<void> {
+    if (this.#machineEnd !== undefined) {
+      closeSync(this.#machineEnd);
+      this.#machineEnd = undefined;
+    }
+    await this.#passt.stop();
   }
 }

@@ -164,6 +164,9 @@ export class Sandbox implements AsyncDisposable {
     let network: SandboxNetwork | undefined;
     const netOpts = resolveNetwork('opts.network', opts.network);
     const netMachine = netOpts ? SandboxNetwork.machineOptions(id) : undefined;
+    // passt starts while the machine is built; its failure is handled below, with the rest.
+    const netReady = netOpts ? SandboxNetwork.prepare(netOpts) : undefined;
+    netReady?.catch(() => undefined);
     try {
       await mkdir(dir, { recursive: true });
       await writeMeta(dir, meta);
@@ -179,7 +182,10 @@ export class Sandbox implements AsyncDisposable {
         consoleLog: join(dir, 'console.log'),
         ...(netMachine ? { net: netMachine.net } : {}),
       });
-      if (netOpts) network = await SandboxNetwork.start(machine, netOpts);
+      if (netReady) {
+        network = await netReady;
+        network.attach(machine);
+      }
       await machine.start();
       client = await awaitBootedAgent(machine, opts.boot?.timeoutMs ?? 30_000);
       const sbx = new Sandbox(id, dir, machine, client, opts.envs);
@@ -194,7 +200,7 @@ export class Sandbox implements AsyncDisposable {
       // The client first: with reconnect on, a client left open would keep dialling a stopped machine.
       await client?.close().catch(() => undefined);
       await machine?.stop().catch(() => undefined);
-      await network?.stop().catch(() => undefined);
+      await (network ?? (await netReady?.catch(() => undefined)))?.stop().catch(() => undefined);
       await rm(dir, { recursive: true, force: true }).catch(() => undefined);
       throw err;
     }

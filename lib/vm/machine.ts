@@ -477,6 +477,15 @@ export class Machine extends EventEmitter<MachineEvents> {
   netEgressPolicy(policy: { egress: boolean; guestPorts?: number[]; allowIpv4?: string[] }): void {
     this.#native.netEgressPolicy(policy);
   }
+  /** Attaches the network device to `fd` (one end of Machine.netSocketPair()); the machine owns it from here. */
+  netAttachFd(fd: number): void {
+    checkInt('fd', fd, 0, 0x7fffffff);
+    this.#native.netAttachFd(fd);
+  }
+  /** A connected pair of Unix stream socket fds: one for netAttachFd, one for the backend process (passt --fd). */
+  static netSocketPair(): [number, number] {
+    return loadNative().netSocketPair();
+  }
   /** Why the network backend's socket died (it hung up, or broke the protocol); '' while it lives. */
   netBackendError(): string {
     return this.#native.netBackendError();

@@ -97,6 +97,7 @@ Napi::Function MachineWrap::define(Napi::Env env) {
                          InstanceMethod<&MachineWrap::vsock_reset>("vsockReset"),
                          InstanceMethod<&MachineWrap::net_attach>("netAttach"),
                          InstanceMethod<&MachineWrap::net_attach_pair>("netAttachPair"),
+                         InstanceMethod<&MachineWrap::net_attach_fd>("netAttachFd"),
                          InstanceMethod<&MachineWrap::net_egress_policy>("netEgressPolicy"),
                          InstanceMethod<&MachineWrap::net_backend_error>("netBackendError"),
                          InstanceMethod<&MachineWrap::read_guest>("readGuest"),
@@ -651,6 +652,15 @@ Napi::Value MachineWrap::net_attach(const Napi::CallbackInfo& info) {
 Napi::Value MachineWrap::net_attach_pair(const Napi::CallbackInfo& info) {
   return guarded(info.Env(), [&]() -> Napi::Value {
     return Napi::Number::New(info.Env(), live_machine().net_attach_pair());
+  });
+}
+
+// netAttachFd(fd): the machine takes the fd (one end of netSocketPair()).
+Napi::Value MachineWrap::net_attach_fd(const Napi::CallbackInfo& info) {
+  return guarded(info.Env(), [&]() -> Napi::Value {
+    int fd = static_cast<int>(js::to_uint(info[0], "fd", 0, 0x7fffffff));
+    live_machine().net_attach_fd(fd);
+    return info.Env().Undefined();
   });
 }
 

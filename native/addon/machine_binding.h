@@ -70,6 +70,7 @@ class MachineWrap : public Napi::ObjectWrap<MachineWrap> {
   Napi::Value vsock_reset(const Napi::CallbackInfo& info);
   Napi::Value net_attach(const Napi::CallbackInfo& info);
   Napi::Value net_attach_pair(const Napi::CallbackInfo& info);
+  Napi::Value net_attach_fd(const Napi::CallbackInfo& info);
   Napi::Value net_egress_policy(const Napi::CallbackInfo& info);
   Napi::Value net_backend_error(const Napi::CallbackInfo& info);
   Napi::Value read_guest(const Napi::CallbackInfo& info);

@@ -309,6 +309,14 @@ void Machine::net_set_egress_policy(EgressPolicy policy) {
   net->set_egress_policy(std::move(policy));
 }
 
+void Machine::net_attach_fd(int fd) {
+  Fd owned(fd);
+  if (released()) throw Error(code::kInvalidState, "the machine was stopped and its network device released");
+  NetMmioDevice* net = net_dev_ ? virtio_net_of(*net_dev_) : nullptr;
+  if (!net) throw Error(code::kInvalidState, "this machine has no network device (set net)");
+  net->attach_stream(std::move(owned));
+}
+
 std::string Machine::net_backend_error() {
   if (released() || !net_dev_) return "";
   NetMmioDevice* net = virtio_net_of(*net_dev_);

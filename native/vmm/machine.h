@@ -193,6 +193,9 @@ class Machine final : private VcpuHost {
   // The same over a new socketpair: returns the other end, which the caller
   // owns and hands to the backend process (passt --fd).
   int net_attach_pair();
+  // Attaches the device to `fd` (a connected stream socket; ownership passes
+  // here, closed on failure too).
+  void net_attach_fd(int fd);
   // What the guest may send (egress off: see devices/virtio/net/egress_policy.h).
   void net_set_egress_policy(EgressPolicy policy);
   // Why the network backend died ("" while it lives or with no device).

@@ -31,7 +31,7 @@ void NetMmioDevice::attach_stream(Fd socket) {
   backend_ = std::move(b);
 }
 
-Fd NetMmioDevice::attach_pair() {
+std::pair<Fd, Fd> make_stream_pair() {
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
     throw_sys_error(code::kNetBackend, "network backend: socketpair()");
@@ -40,8 +40,13 @@ Fd NetMmioDevice::attach_pair() {
   int size = 1 << 20;
   ::setsockopt(ours.get(), SOL_SOCKET, SO_SNDBUF, &size, sizeof(size));
   ::setsockopt(ours.get(), SOL_SOCKET, SO_RCVBUF, &size, sizeof(size));
+  return {std::move(ours), std::move(theirs)};
+}
+
+Fd NetMmioDevice::attach_pair() {
+  auto [ours, theirs] = make_stream_pair();
   attach_stream(std::move(ours));
-  return theirs;
+  return std::move(theirs);
 }
 
 void NetMmioDevice::connect_stream(const std::string& path) { attach_stream(connect_unix_stream(path)); }

@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "base/fd.h"
 #include "devices/virtio/mmio/transport.h"
@@ -57,6 +58,11 @@ class NetMmioDevice final : public VirtioMmioDevice {
 
 // The NetMmioDevice behind a machine's device slot, or nullptr.
 NetMmioDevice* virtio_net_of(VirtioMmioDevice& dev);
+
+// A connected pair of Unix stream sockets (CLOEXEC) with large buffers: one
+// end for the device (attach_stream), one for the backend process. Throws
+// NET_BACKEND.
+std::pair<Fd, Fd> make_stream_pair();
 
 // A connected, non-blocking Unix stream socket to `path`.
 Fd connect_unix_stream(const std::string& path);
