@@ -65,7 +65,7 @@ maybe("the host's 127.0.0.1 is unreachable by default and reachable at the gatew
   try {
     {
       await using sbx = await Sandbox.create({ boot });
-      const r = await sbx.commands.run(curl(`http://10.0.2.2:${srv.port}/`), { throwOnError: false });
+      const r = await sbx.commands.run(['curl', '-sS', '--max-time', '5', `http://10.0.2.2:${srv.port}/`], { throwOnError: false });
       assert.is.not(r.exitCode, 0, 'the default must not reach the host loopback');
       assert.is.not(r.stdout, body);
     }
