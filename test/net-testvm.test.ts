@@ -2,12 +2,17 @@
 // device): the guest's ARP request for the gateway goes down the tx queue, through the
 // socketpair to passt, and passt's answer comes back up the rx queue. Without a backend the
 // link is down and nothing answers; a backend that dies takes the link down with a reason.
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
 import { TorporError } from '../lib/errors.js';
 import { macFor } from '../lib/net/options.js';
 import { Passt } from '../lib/net/passt.js';
+import { Machine } from '../lib/vm/machine.js';
 import { needsCommands, testUnless } from './skip-unless.js';
 import { bootTestvm, testvmCommand, testvmSkipReason } from './vmm-guests.js';
 
@@ -49,6 +54,29 @@ netTest('without a backend the link is down and an ARP gets no answer; a dead ba
     assert.match(await testvmCommand(m, 'net-arp', 'net-arp'), /^net-arp=ok .* link=1 /);
   } finally {
     await again.stop();
+  }
+});
+
+netTest('a snapshot keeps the device and its MAC; the restored machine ARPs again through a fresh passt', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'torpor-net-snap-'));
+  {
+    const m = await bootTestvm({ net: { mac: MAC } });
+    const passt = await Passt.start({ fd: m.netAttachPair(), network });
+    try {
+      assert.match(await testvmCommand(m, 'net-arp', 'net-arp'), /^net-arp=ok /);
+      await m.snapshot(dir, { stop: true });
+    } finally {
+      await m.stop();
+      await passt.stop();
+    }
+  }
+  await using back = await Machine.restore(dir);
+  const passt = await Passt.start({ fd: back.netAttachPair(), network });
+  try {
+    const line = await testvmCommand(back, 'net-arp', 'net-arp');
+    assert.match(line, new RegExp(`^net-arp=ok mac=${MAC.replaceAll(':', '')} link=1 gateway=[0-9a-f]{12}$`));
+  } finally {
+    await passt.stop();
   }
 });
 
