@@ -9,9 +9,10 @@
 // machine: a paused sandbox has none, a resumed one gets a fresh process (same addresses, same
 // MAC: the guest keeps its identity; every flow of the old process is gone).
 import { type ChildProcess, spawn } from 'node:child_process';
-import { closeSync } from 'node:fs';
+import { accessSync, closeSync, constants } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import net from 'node:net';
+import { delimiter, join } from 'node:path';
 
 import { TorporError } from '../errors.js';
 import { GUEST_NET, type ResolvedNetwork } from './options.js';
@@ -148,6 +149,20 @@ export class Passt {
     const said = this.#stderr.replace(/Failed to send \d+ bytes to syslog\n?/g, '').trim();
     return new TorporError('NET_BACKEND', `the network backend (passt) exited with ${how}${said ? `: ${said.slice(-500)}` : ''}`);
   }
+}
+
+/** Where the passt binary is ($TORPOR_PASST, else on PATH), or undefined when there is none (`torpor doctor`). */
+export function findPasst(env: NodeJS.ProcessEnv = process.env): string | undefined {
+  const candidates = env.TORPOR_PASST ? [env.TORPOR_PASST] : (env.PATH ?? '').split(delimiter).filter(Boolean).map((d) => join(d, 'passt'));
+  for (const c of candidates) {
+    try {
+      accessSync(c, constants.X_OK);
+      return c;
+    } catch {
+      // keep looking
+    }
+  }
+  return undefined;
 }
 
 /** passt's command line for one sandbox. */
