@@ -12,6 +12,8 @@ export const KVM_FILES = [
   'agent-testvm',
   'api-e2b-linux',
   'exit-stages',
+  'net-linux',
+  'net-testvm',
   'probe',
   'sandbox-create',
   'sandbox-linux',
@@ -39,6 +41,7 @@ export const LINUX_FILES: Record<string, number> = {
   'sandbox-linux': 2,
   'sandbox-linux-pause': 3,
   'api-e2b-linux': 1,
+  'net-linux': 4,
 };
 
 const ANSI = /\x1b\[[0-9;]*m/g;
