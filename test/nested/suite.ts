@@ -18,6 +18,7 @@ export const KVM_FILES = [
   'sandbox-create',
   'sandbox-linux',
   'sandbox-linux-pause',
+  'sandbox-net-pause',
   'sandbox-pause',
   'sandbox-testvm',
   'vmm-boot',
