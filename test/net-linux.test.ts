@@ -95,9 +95,9 @@ maybe('egress: false stops the guest reaching anything; the loopback mapping sti
 
 maybe('a guest http.server is fetched from the host through getHost(port), 16 MiB with its sha256', async () => {
   await using sbx = await Sandbox.create({ boot, network: { ports: [8080] } });
-  await sbx.commands.run('mkdir -p /srv && head -c 16777216 /dev/urandom > /srv/blob');
-  const guestSum = (await sbx.commands.run('sha256sum /srv/blob')).stdout.split(' ')[0];
-  await sbx.commands.run(['python3', '-m', 'http.server', '8080', '--directory', '/srv'], { background: true });
+  await sbx.commands.run('mkdir -p /tmp/srv && head -c 16777216 /dev/urandom > /tmp/srv/blob');
+  const guestSum = (await sbx.commands.run('sha256sum /tmp/srv/blob')).stdout.split(' ')[0];
+  await sbx.commands.run(['python3', '-m', 'http.server', '8080', '--directory', '/tmp/srv'], { background: true });
   const host = sbx.getHost(8080);
   assert.match(host, /^127\.0\.0\.1:\d+$/);
   let bytes: Buffer | undefined;
