@@ -39,6 +39,7 @@ export class Passt {
   #stderr = '';
   #stopping = false;
   #onUnexpectedExit: ((err: TorporError) => void) | undefined;
+  #ready: Promise<void> | undefined;
 
   private constructor(child: ChildProcess, hostPorts: Map<number, number>) {
     this.#child = child;
@@ -58,6 +59,17 @@ export class Passt {
 
   /** Starts passt on `fd`; resolves once it serves (forwarded ports bound). NET_BACKEND on failure. */
   static async start(opts: PasstStart): Promise<Passt> {
+    const p = await Passt.spawn(opts);
+    await p.ready();
+    return p;
+  }
+
+  /**
+   * Starts passt on `fd`; resolves once the process exists, before it serves: frames sent on
+   * the socket meanwhile wait in the socket buffer. ready() says when the forwarded ports are
+   * bound. NET_BACKEND on failure.
+   */
+  static async spawn(opts: PasstStart): Promise<Passt> {
     const hostPorts = new Map(opts.hostPorts ?? []);
     for (const p of opts.network.ports) if (!hostPorts.has(p)) hostPorts.set(p, await freePort());
     const args = passtArgs(opts.network, hostPorts);
@@ -86,13 +98,16 @@ export class Passt {
     }
     child.unref();
     (child.stderr as net.Socket | null)?.unref?.();
-    try {
-      await p.#waitReady();
-    } catch (err) {
-      await p.stop();
-      throw err;
-    }
     return p;
+  }
+
+  /** Resolves once passt serves (forwarded ports bound); NET_BACKEND, passt stopped, if it does not. */
+  ready(): Promise<void> {
+    this.#ready ??= this.#waitReady().catch(async (err: unknown) => {
+      await this.stop();
+      throw err;
+    });
+    return this.#ready;
   }
 
   /** Called once if passt ends while nobody asked it to (it crashed, or the machine's socket closed). */

@@ -1,7 +1,8 @@
 // A sandbox's network for one run of its machine: the virtio-net device's backend (passt, on
 // a socketpair) and the forwarded ports. prepare() starts passt before the machine exists, so
-// its start overlaps Machine.build; attach() hands the machine its end before it runs; stop()
-// ends passt with the machine. Across pause and connect (lib/sandbox/resume.ts): stop() after
+// its start overlaps Machine.build (or Machine.restore); attach() hands the machine its end
+// before it runs; ready() waits for the forwarded ports while the guest already runs (frames
+// wait in the socket meanwhile); stop() ends passt with the machine. Across pause and connect (lib/sandbox/resume.ts): stop() after
 // the capture, prepare() + attach() again on connect with the same MAC (the snapshot keeps the
 // device), addresses and, where still free, the same host ports.
 import { closeSync } from 'node:fs';
@@ -33,8 +34,9 @@ export class SandboxNetwork {
 
   /**
    * Starts the backend on a new socketpair, before the machine exists (or before a restored one
-   * runs). `preferred`: host ports by guest port to bind again where still free (a resume); the
-   * others get free ports. NET_BACKEND on failure.
+   * runs); resolves once passt is spawned, not yet serving (ready()). `preferred`: host ports by
+   * guest port to bind again where still free (a resume); the others get free ports.
+   * NET_BACKEND on failure.
    */
   static async prepare(network: ResolvedNetwork, preferred?: Record<string, number>): Promise<SandboxNetwork> {
     const hostPorts = new Map<number, number>();
@@ -42,19 +44,9 @@ export class SandboxNetwork {
       const host = preferred?.[String(guest)];
       if (host !== undefined && (await portIsFree(host))) hostPorts.set(guest, host);
     }
-    try {
-      return await SandboxNetwork.#start(network, hostPorts);
-    } catch (err) {
-      // A preferred port taken between the check and passt's bind: any free ports will do.
-      if (hostPorts.size === 0) throw err;
-      return SandboxNetwork.#start(network, new Map());
-    }
-  }
-
-  static async #start(network: ResolvedNetwork, hostPorts: Map<number, number>): Promise<SandboxNetwork> {
     const [machineEnd, passtEnd] = Machine.netSocketPair();
     try {
-      const passt = await Passt.start({ fd: passtEnd, network, hostPorts });
+      const passt = await Passt.spawn({ fd: passtEnd, network, hostPorts });
       return new SandboxNetwork(passt, network, machineEnd);
     } catch (err) {
       closeSync(machineEnd);
@@ -73,6 +65,11 @@ export class SandboxNetwork {
     const fd = this.#machineEnd;
     this.#machineEnd = undefined;
     machine.netAttachFd(fd);
+  }
+
+  /** Resolves once passt serves (its forwarded ports bound); NET_BACKEND (passt stopped) if it does not. */
+  ready(): Promise<void> {
+    return this.#passt.ready();
   }
 
   /** '127.0.0.1:<host port>' for a forwarded guest port. */

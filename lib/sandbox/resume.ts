@@ -101,6 +101,8 @@ export async function resume(dir: SandboxDir, before: SandboxMeta, lock: OwnerLo
         }
         client = await awaitRestoredAgent(machine, opts.restoreTimeoutMs ?? 10_000);
         await sendResumed(client, RESUMED_TIMEOUT_MS);
+        // passt binds the forwarded ports while the guest comes back; getHost is good from here.
+        await network?.ready();
       } catch (err) {
         await client?.close().catch(() => undefined);
         await machine?.stop().catch(() => undefined);
@@ -142,6 +144,7 @@ export async function resume(dir: SandboxDir, before: SandboxMeta, lock: OwnerLo
         await machine.start();
         client = await awaitBootedAgent(machine, opts.bootTimeoutMs ?? 30_000);
         await sendResumed(client, RESUMED_TIMEOUT_MS);
+        await network?.ready();
       } catch (err) {
         await client?.close().catch(() => undefined);
         await machine.stop().catch(() => undefined);

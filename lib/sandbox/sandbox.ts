@@ -364,6 +364,8 @@ export class Sandbox implements AsyncDisposable {
       }
       await machine.start();
       client = await awaitBootedAgent(machine, opts.boot?.timeoutMs ?? 30_000);
+      // The forwarded ports were being bound while the guest booted; getHost is good from here.
+      await network?.ready();
       const running: SandboxMeta = { ...meta, state: 'running', ...(network ? { hostPorts: network.hostPortsRecord() } : {}) };
       await dir.writeMeta(running);
       return new Sandbox(dir, running, { machine, client, lock, diskLayers: [], ...(network ? { network } : {}) });
