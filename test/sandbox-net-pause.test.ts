@@ -13,10 +13,12 @@ import { join } from 'node:path';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
+import { TorporError } from '../lib/errors.js';
 import { macFor } from '../lib/net/options.js';
 import { Sandbox } from '../lib/sandbox/sandbox.js';
 import { baseIsCached } from '../lib/setup/rootfs.js';
 import { homeLayout } from '../lib/store/home.js';
+import { newSandboxId, parseMeta } from '../lib/store/sandbox-dir.js';
 import type { Machine } from '../lib/vm/machine.js';
 import { needsCommands, testUnless } from './skip-unless.js';
 import { sleep, testvmCommand, testvmImage, testvmSkipReason } from './vmm-guests.js';
@@ -94,6 +96,36 @@ test.after(async () => {
   if (savedHome === undefined) delete process.env.TORPOR_HOME;
   else process.env.TORPOR_HOME = savedHome;
   await rm(home, { recursive: true, force: true });
+});
+
+test('meta.json: the network and host ports are checked before a resume uses them', () => {
+  const id = newSandboxId();
+  const meta = {
+    id, template: 'base', createdAt: '2026-12-01T18:00:00.000Z', vcpus: 1, memoryMiB: 64, metadata: {}, envs: {},
+    kernel: '/k', rootfs: '/r', cmdline: 'console=ttyS0', state: 'paused', ownerPid: null,
+    network: { egress: true, allowHostLoopback: false, ports: [8080] },
+    hostPorts: { '8080': 40123 },
+  };
+  assert.equal(parseMeta(JSON.stringify(meta), 'meta.json'), meta);
+  const bad: Array<[string, Record<string, unknown>, RegExp]> = [
+    ['network not an object', { network: true }, /network is malformed/],
+    ['a port out of range', { network: { ...meta.network, ports: [70000] } }, /network is malformed/],
+    ['egress missing', { network: { allowHostLoopback: false, ports: [] } }, /network is malformed/],
+    ['a host port out of range', { hostPorts: { '8080': 0 } }, /hostPorts is malformed/],
+    ['a guest port that is no number', { hostPorts: { x: 40123 } }, /hostPorts is malformed/],
+    ['hostPorts an array', { hostPorts: [40123] }, /hostPorts is malformed/],
+  ];
+  for (const [what, change, re] of bad) {
+    const err = (() => {
+      try {
+        parseMeta(JSON.stringify({ ...meta, ...change }), 'meta.json');
+      } catch (e) {
+        return e;
+      }
+    })();
+    assert.ok(err instanceof TorporError && err.code === 'SNAPSHOT_INVALID', `${what}: ${String(err)}`);
+    assert.match((err as Error).message, re, what);
+  }
 });
 
 kvmTest('pause ends passt; connect starts a fresh one: same MAC, the guest ARPs through it, its forwarded port bound again', async () => {
