@@ -439,7 +439,7 @@ export class Sandbox implements AsyncDisposable {
       throw err;
     }
     // The machine is stopped and captured: its backend ends, and every host-side flow with it
-    // (the guest's open connections see a reset after connect; docs/network.md).
+    // (open network connections are closed on pause; docs/network.md).
     await run.network?.stop().catch(() => undefined);
     const diskLayers = [...run.diskLayers, `snapshots/gen-${snap.generation}/disk0.overlay`];
     this.#meta = {
