@@ -63,6 +63,7 @@ void VirtioNetDevice::activate() {
 }
 
 void VirtioNetDevice::reset() {
+  flows_.clear();
   rx_waiting_ = false;
   tx_stalled_ = false;
   rx_unsignalled_ = false;
@@ -81,6 +82,9 @@ void VirtioNetDevice::set_backend(NetBackend* backend) {
   bool was_up = link_up();
   backend_ = backend;
   rx_waiting_ = false;
+  // A new backend knows none of the guest's connections (after a restore, or a backend that
+  // died and was replaced): their next segments are answered with a reset (tcp_flows.h).
+  if (backend_) flows_.clear();
   if (transport_ && transport_->active() && was_up != link_up()) transport_->signal_config_change();
   if (backend_ && tx_stalled_ && transport_ && transport_->active() && !quiesced_) process_tx();
 }
@@ -121,6 +125,10 @@ void VirtioNetDevice::process_tx() {
         }
         return false;
       });
+  if (reset_unsignalled_) {
+    reset_unsignalled_ = false;
+    end_rx_batch();
+  }
 }
 
 void VirtioNetDevice::send_chain(const DescriptorChain& chain) {
@@ -139,6 +147,11 @@ void VirtioNetDevice::send_chain(const DescriptorChain& chain) {
     stats_.tx_filtered++;
     return;
   }
+  if (!flows_.guest_sends(scratch_.data(), frame_len, &reset_)) {
+    stats_.tx_reset++;
+    deliver_reset();
+    return;
+  }
   backend_->send(scratch_.data(), frame_len);
   stats_.tx_frames++;
   stats_.tx_bytes += frame_len;
@@ -147,6 +160,19 @@ void VirtioNetDevice::send_chain(const DescriptorChain& chain) {
 void VirtioNetDevice::refused() {
   if (!rx_waiting_) stats_.rx_refused++;
   rx_waiting_ = true;
+}
+
+// The RST for a stale flow goes up the rx queue like a backend's frame. No rx buffer now: it is
+// dropped (not owed to the backend), and the guest's retransmission gets another one.
+void VirtioNetDevice::deliver_reset() {
+  bool waiting = rx_waiting_;
+  uint64_t refusals = stats_.rx_refused;
+  if (receive(reset_.data(), reset_.size())) {
+    reset_unsignalled_ = true;
+  } else {
+    rx_waiting_ = waiting;
+    stats_.rx_refused = refusals;
+  }
 }
 
 bool VirtioNetDevice::receive(const uint8_t* frame, size_t len) {
@@ -190,6 +216,7 @@ bool VirtioNetDevice::receive(const uint8_t* frame, size_t len) {
   rx_unsignalled_ = true;
   stats_.rx_frames++;
   stats_.rx_bytes += len;
+  flows_.backend_sends(frame, len);
   return true;
 }
 
@@ -212,6 +239,7 @@ void VirtioNetDevice::restore(StateReader& in) {
   if (mac[0] & 1) StateReader::fail("virtio-net: multicast MAC in the snapshot");
   (void)in.boolean();  // the link follows the backend attached now, not the one saved
   mac_ = mac;
+  flows_.clear();  // the connections in the snapshot belong to a backend that is gone
   rx_waiting_ = false;
   tx_stalled_ = false;
   rx_unsignalled_ = false;

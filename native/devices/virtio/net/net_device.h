@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "devices/virtio/net/egress_policy.h"
+#include "devices/virtio/net/tcp_flows.h"
 #include "devices/virtio/queue/queue.h"
 #include "devices/virtio/virtio_device.h"
 #include "base/guest_memory.h"
@@ -88,6 +89,7 @@ struct NetStats {
   uint64_t rx_frames = 0, rx_bytes = 0;
   uint64_t tx_dropped = 0;   // malformed or too large, or no backend
   uint64_t tx_filtered = 0;  // refused by the egress policy
+  uint64_t tx_reset = 0;     // TCP segments of flows the backend does not know, answered with an RST
   uint64_t rx_dropped = 0;   // device not active, malformed, or larger than the rx buffer
   uint64_t tx_stalls = 0;    // times the backend was full
   uint64_t rx_refused = 0;   // times receive() said "not now"
@@ -140,6 +142,7 @@ class VirtioNetDevice final : public VirtioDevice {
   void process_tx();
   void send_chain(const DescriptorChain& chain);
   void refused();
+  void deliver_reset();
 
   GuestMemory& mem_;
   VirtioTransport* transport_ = nullptr;
@@ -151,6 +154,10 @@ class VirtioNetDevice final : public VirtioDevice {
   bool rx_unsignalled_ = false;
   DescriptorChain tx_chain_, rx_chain_;
   EgressPolicy policy_;
+  // TCP flows the current backend knows (tcp_flows.h): segments of others get an RST.
+  TcpFlowTable flows_;
+  std::vector<uint8_t> reset_;  // the RST being delivered
+  bool reset_unsignalled_ = false;
   std::vector<uint8_t> scratch_;  // one tx frame with its header
   NetStats stats_;
 };

@@ -319,3 +319,52 @@ TEST("virtio-net: MAC text parsing") {
   CHECK(!parse_mac("52-54-00-ab-cd-ef", &m));
   CHECK(!parse_mac("52:54:00:ab:cd:eg", &m));
 }
+
+// A TCP segment from the guest (10.0.2.15:40000 -> 192.0.2.7:80) with these flags.
+static std::vector<uint8_t> guest_tcp(uint8_t flags) {
+  std::vector<uint8_t> f(54, 0);
+  std::memcpy(f.data() + 6, kMac.data(), 6);
+  f[12] = 0x08;
+  uint8_t* ip = f.data() + 14;
+  const uint8_t hdr[20] = {0x45, 0, 0, 40, 0, 0, 0x40, 0, 64, 6, 0, 0, 10, 0, 2, 15, 192, 0, 2, 7};
+  std::memcpy(ip, hdr, 20);
+  uint8_t* tcp = ip + 20;
+  tcp[0] = 40000 >> 8;
+  tcp[1] = 40000 & 0xff;
+  tcp[3] = 80;
+  tcp[11] = 9;  // ack 9
+  tcp[12] = 5 << 4;
+  tcp[13] = flags;
+  return f;
+}
+
+TEST("virtio-net: a TCP segment of a flow opened before the backend was attached is answered with an RST") {
+  Rig r;
+  r.transmit(guest_tcp(0x02));  // SYN: a flow this backend sees open
+  r.transmit(guest_tcp(0x10));
+  r.dev.notify(VirtioNetDevice::kTxQueue);
+  CHECK_EQ(r.backend.sent.size(), size_t{2});
+  FakeBackend fresh;  // what a restore or a replaced passt does
+  r.attach(&fresh);
+  uint64_t buf = r.post_rx();
+  int irqs = r.irq.count.load();
+  r.transmit(guest_tcp(0x18));
+  r.dev.notify(VirtioNetDevice::kTxQueue);
+  CHECK(fresh.sent.empty());
+  CHECK_EQ(r.net->stats().tx_reset, uint64_t{1});
+  CHECK_EQ(r.rxq.used_idx(), uint16_t{1});
+  CHECK_EQ(r.rxq.used(0).len, kHeaderLen + 54);
+  const uint8_t* rst = r.ram.at(buf + kHeaderLen);
+  CHECK(std::memcmp(rst, kMac.data(), 6) == 0);
+  CHECK_EQ(rst[14 + 20 + 13], uint8_t{0x04});
+  CHECK_EQ(rst[14 + 20 + 7], uint8_t{9});  // seq = the segment's ack
+  CHECK(r.irq.count.load() > irqs);
+  // No rx buffer: the RST is dropped, nothing is owed to the backend; a new SYN goes through.
+  r.transmit(guest_tcp(0x18));
+  r.dev.notify(VirtioNetDevice::kTxQueue);
+  CHECK_EQ(r.net->stats().tx_reset, uint64_t{2});
+  CHECK_EQ(fresh.rx_ready_calls, 0);
+  r.transmit(guest_tcp(0x02));
+  r.dev.notify(VirtioNetDevice::kTxQueue);
+  CHECK_EQ(fresh.sent.size(), size_t{1});
+}
