@@ -60,7 +60,11 @@ bool parse(const uint8_t* frame, size_t len, Segment* s) {
 }  // namespace
 
 bool TcpFlowTable::add(const Key& k) {
-  if (flows_.count(k)) return true;
+  auto it = flows_.find(k);
+  if (it != flows_.end()) {
+    it->second = 0;  // a new connection on an ended flow's ports: live again
+    return true;
+  }
   if (flows_.size() >= kMaxFlows) {
     // Room from flows that ended (both FINs seen); none: the table stays as it is.
     for (auto it = flows_.begin(); it != flows_.end();) {

@@ -82,10 +82,24 @@ TEST("tcp flows: a flow the guest opens since the backend was attached passes, b
   t.backend_sends(fin.data(), fin.size());
   CHECK(sends(t, from_guest(40000, kAck)));  // the last ACK after both FINs
   CHECK_EQ(t.resets(), uint64_t{0});
+  // The same ports again: a live flow, not one that ended (a full table evicts only those).
+  CHECK(sends(t, from_guest(40000, kSyn)));
+  for (uint32_t i = 1; i < TcpFlowTable::kMaxFlows; i++) CHECK(sends(t, from_guest(static_cast<uint16_t>(i), kSyn)));
+  CHECK(sends(t, from_guest(50000, kSyn)));  // no room, nothing ended: untracked
+  CHECK(sends(t, from_guest(40000, kAck)));
+  t.clear();
+  CHECK(sends(t, from_guest(40000, kSyn)));
+  CHECK(sends(t, from_guest(40000, kFin | kAck)));
+  t.backend_sends(fin.data(), fin.size());
+  for (uint32_t i = 1; i < TcpFlowTable::kMaxFlows; i++) CHECK(sends(t, from_guest(static_cast<uint16_t>(i), kSyn)));
+  CHECK(sends(t, from_guest(50000, kSyn)));  // room made from the ended flow
+  CHECK(!sends(t, from_guest(40000, kAck)));  // which is gone: a reset
+  CHECK_EQ(t.resets(), uint64_t{1});
+  t.clear();
   // An RST from the guest ends the flow.
   CHECK(sends(t, from_guest(40001, kSyn)));
   CHECK(sends(t, from_guest(40001, kRst)));
-  CHECK_EQ(t.size(), size_t{1});
+  CHECK_EQ(t.size(), size_t{0});
 }
 
 TEST("tcp flows: a forwarded connection (the backend's SYN) passes; the backend's RST ends it") {
