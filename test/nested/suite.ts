@@ -13,6 +13,7 @@ export const KVM_FILES = [
   'api-e2b-linux',
   'exit-stages',
   'net-linux',
+  'net-linux-pause',
   'net-testvm',
   'probe',
   'sandbox-create',
@@ -43,6 +44,7 @@ export const LINUX_FILES: Record<string, number> = {
   'sandbox-linux-pause': 3,
   'api-e2b-linux': 1,
   'net-linux': 4,
+  'net-linux-pause': 1,
 };
 
 const ANSI = /\x1b\[[0-9;]*m/g;
