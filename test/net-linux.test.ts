@@ -102,7 +102,8 @@ maybe('a guest http.server is fetched from the host through getHost(port), 16 Mi
   assert.match(host, /^127\.0\.0\.1:\d+$/);
   let bytes: Buffer | undefined;
   for (let i = 0; i < 120 && !bytes; i++) {
-    bytes = await fetch(`http://${host}/blob`)
+    // Bounded: a stalled transfer fails this test instead of hanging the suite.
+    bytes = await fetch(`http://${host}/blob`, { signal: AbortSignal.timeout(180_000) })
       .then(async (r) => (r.ok ? Buffer.from(await r.arrayBuffer()) : undefined))
       .catch(() => undefined);
     if (!bytes) await new Promise((r) => setTimeout(r, 500));
