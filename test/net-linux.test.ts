@@ -101,8 +101,11 @@ maybe('a guest http.server is fetched from the host through getHost(port), 16 Mi
   const host = sbx.getHost(8080);
   assert.match(host, /^127\.0\.0\.1:\d+$/);
   let bytes: Buffer | undefined;
-  for (let i = 0; i < 120 && !bytes; i++) {
-    bytes = await fetch(`http://${host}/blob`)
+  // Retried until the guest's server listens; bounded as a whole, so a stalled transfer fails
+  // this test instead of hanging the suite.
+  const deadline = Date.now() + 300_000;
+  while (!bytes && Date.now() < deadline) {
+    bytes = await fetch(`http://${host}/blob`, { signal: AbortSignal.timeout(Math.max(1000, deadline - Date.now())) })
       .then(async (r) => (r.ok ? Buffer.from(await r.arrayBuffer()) : undefined))
       .catch(() => undefined);
     if (!bytes) await new Promise((r) => setTimeout(r, 500));
