@@ -38,7 +38,7 @@ export const LINUX_FILES: Record<string, number> = {
   'vmm-linux-snapshot': 2,
   'sandbox-linux': 2,
   'api-e2b-linux': 1,
-  'net-linux': 4,
+  'net-linux': 3,
 };
 
 const ANSI = /\x1b\[[0-9;]*m/g;
