@@ -13,7 +13,6 @@ export const KVM_FILES = [
   'api-e2b-linux',
   'exit-stages',
   'net-linux',
-  'net-linux-pause',
   'net-testvm',
   'probe',
   'sandbox-create',
@@ -43,8 +42,7 @@ export const LINUX_FILES: Record<string, number> = {
   'sandbox-linux': 2,
   'sandbox-linux-pause': 3,
   'api-e2b-linux': 1,
-  'net-linux': 4,
-  'net-linux-pause': 1,
+  'net-linux': 3,
 };
 
 const ANSI = /\x1b\[[0-9;]*m/g;
