@@ -5,7 +5,8 @@
 // flows the new passt does not know: tcp_flows.h), not a hang; the guest keeps its address and
 // new connections work at once, both ways: the guest's egress, and a guest server through the
 // forwarded port, whose host port getHost names again. Traffic goes only to this machine's own
-// addresses.
+// addresses. Out of the nested suite: its one nested run failed at the host-side close after
+// pause (docs/network.md, Known limits).
 import http from 'node:http';
 import net from 'node:net';
 import { networkInterfaces } from 'node:os';
