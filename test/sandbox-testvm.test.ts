@@ -139,13 +139,16 @@ kvmTest('create -> knock on vsock 1023 -> vsock 1024 -> HELLO, with the director
     assert.ok(rttMs > 0 && rttMs < 1000, `PING round trip ${rttMs} ms`);
 
     // The guest took the Linux command line as it is and saw the devices Sandbox.create configured:
-    // the root filesystem as virtio-blk disk 0 (capacity in 512-byte sectors) and vsock with CID 3.
+    // the root filesystem as virtio-blk disk 0 (capacity in 512-byte sectors), vsock with CID 3
+    // and the network (virtio-net, its addresses on the command line for the agent).
     assert.ok(machine.kernelCmdline.startsWith(`${GUEST_CMDLINE} ${AGENT_READY}`), machine.kernelCmdline);
     const log = sbx.consoleLog();
     const sectors = statSync(meta.rootfs).size / ROOTFS_SECTOR;
     assert.match(log, new RegExp(`^virtio=0 type=blk .*capacity=${sectors} status=ok$`, 'm'));
     assert.match(log, /^virtio=1 type=vsock .*cid=3 status=ok$/m);
-    assert.match(log, /^boot=ok ram_mib=\d+ virtio=2 blk=1 rng=0 vsock=1 mode=irq$/m);
+    assert.match(log, /^virtio=2 type=net .*status=ok$/m);
+    assert.match(machine.kernelCmdline, / torpor\.net=10\.0\.2\.15\/24,10\.0\.2\.2,10\.0\.2\.3 /);
+    assert.match(log, /^boot=ok ram_mib=\d+ virtio=3 blk=1 rng=0 vsock=1 mode=irq$/m);
     assert.match(log, /^torpor-agent ready v1 \d+ vsock:1024$/m);
     assert.not.match(log, /error|bad_virtio_entries/);
     // console.log in the directory holds the same output.
@@ -287,6 +290,40 @@ kvmTest('a guest that stops during boot: BOOT_FAILED at once, saying it stopped,
   assert.ok(ms < 10_000, `did not wait for the 15 s boot timeout (${ms} ms)`);
   assert.equal(await sandboxDirs(), []);
   assert.is(await settledVms(vmsBefore), vmsBefore);
+});
+
+kvmTest('network: a forwarded port is listening at getHost(port); network: false means no device', async () => {
+  {
+    await using sbx = await Sandbox.create({ ...bootOpts(AGENT_READY), network: { ports: [8080] } });
+    const host = sbx.getHost(8080);
+    assert.match(host, /^127\.0\.0\.1:\d+$/);
+    // passt listens there (the test guest serves nothing on 8080: the connection is accepted, then dropped).
+    const [, port] = host.split(':');
+    const { connect } = await import('node:net');
+    await new Promise<void>((resolve, reject) => {
+      const c = connect(Number(port), '127.0.0.1', () => {
+        c.destroy();
+        resolve();
+      });
+      c.once('error', reject);
+    });
+    const err = (() => {
+      try {
+        sbx.getHost(9090);
+      } catch (e) {
+        return e;
+      }
+    })();
+    assert.ok(err instanceof TorporError && err.code === 'INVALID_ARGUMENT', String(err));
+  }
+  {
+    await using sbx = await Sandbox.create({ ...bootOpts(AGENT_READY), network: false });
+    assert.not.match(sbx.consoleLog(), /type=net/);
+    assert.throws(() => sbx.getHost(8080), (e: unknown) => e instanceof TorporError && e.code === 'INVALID_ARGUMENT');
+  }
+  const bad = await Sandbox.create({ ...bootOpts(AGENT_READY), network: { ports: [0] } }).catch((e: unknown) => e);
+  assert.ok(bad instanceof TorporError && bad.code === 'INVALID_ARGUMENT', String(bad));
+  assert.equal(await sandboxDirs(), []);
 });
 
 test.run();

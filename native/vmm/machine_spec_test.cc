@@ -24,6 +24,7 @@ MachineSpec sample() {
   s.config.disks.push_back(d);
   s.config.vsock_cid = 42;
   s.config.rng = true;
+  s.config.net = NetOptions{"52:54:00:01:02:03", "/run/passt.sock"};
   s.config.console_ring_bytes = 4096;
   s.devices = {{"serial-8250", 0x3f8}, {"i8042", 0x60}, {"virtio-mmio-blk", 0xd0000000}};
   return s;
@@ -48,6 +49,9 @@ TEST("machine spec: round trip keeps every field") {
   CHECK(s.config.vsock_cid.has_value());
   CHECK_EQ(*s.config.vsock_cid, uint64_t{42});
   CHECK(s.config.rng);
+  CHECK(s.config.net.has_value());
+  CHECK_STR_EQ(s.config.net->mac, "52:54:00:01:02:03");
+  CHECK_STR_EQ(s.config.net->backend_socket, "");  // per run: never in a snapshot
   CHECK_EQ(s.devices.size(), size_t{3});
   CHECK_EQ(s.devices[2].second, uint64_t{0xd0000000});
 }
@@ -74,6 +78,21 @@ TEST("machine spec: every truncation and bad counts are refused") {
   bool refused = false;
   try {
     read_machine_spec(r2);
+  } catch (const Error& e) {
+    refused = std::string(e.code()) == code::kSnapshotInvalid;
+  }
+  CHECK(refused);
+}
+
+TEST("machine spec: a bad network MAC is refused") {
+  MachineSpec bad = sample();
+  bad.config.net->mac = "01:00:5e:00:00:01";  // multicast
+  StateWriter w;
+  write_machine_spec(w, bad);
+  StateReader r(w.data());
+  bool refused = false;
+  try {
+    read_machine_spec(r);
   } catch (const Error& e) {
     refused = std::string(e.code()) == code::kSnapshotInvalid;
   }
