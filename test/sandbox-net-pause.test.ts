@@ -5,10 +5,8 @@
 // starts a fresh one with the same MAC and forwarded ports, attached before the guest runs.
 //
 // TORPOR_HOME is a fresh directory whose artifacts/ links to the real store.
-import { existsSync } from 'node:fs';
-import { mkdtemp, readdir, readFile, rm, symlink } from 'node:fs/promises';
+import { readdir, readFile } from 'node:fs/promises';
 import net from 'node:net';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
@@ -16,24 +14,13 @@ import * as assert from 'uvu/assert';
 import { TorporError } from '../lib/errors.js';
 import { macFor } from '../lib/net/options.js';
 import { Sandbox } from '../lib/sandbox/sandbox.js';
-import { baseIsCached } from '../lib/setup/rootfs.js';
-import { homeLayout } from '../lib/store/home.js';
 import { newSandboxId, parseMeta } from '../lib/store/sandbox-dir.js';
 import type { Machine } from '../lib/vm/machine.js';
-import { needsCommands, testUnless } from './skip-unless.js';
+import { privateHome, testvmSandboxTest } from './sandbox-home.js';
+import { needsCommands } from './skip-unless.js';
 import { sleep, testvmCommand, testvmImage, testvmSkipReason } from './vmm-guests.js';
 
-const realStore = homeLayout().artifacts;
-const noVm = testvmSkipReason() ?? needsCommands('passt');
-const kvmTest = noVm
-  ? testUnless('sandbox-net-pause', noVm, 'kvm')
-  : testUnless(
-      'sandbox-net-pause',
-      (await baseIsCached(realStore, false))
-        ? null
-        : `the root filesystem is not in the store (${realStore}); run \`torpor setup\` (as .ci/run does) to build it`,
-      'artifacts',
-    );
+const kvmTest = await testvmSandboxTest('sandbox-net-pause', testvmSkipReason() ?? needsCommands('passt'));
 const kernel = testvmImage()!;
 
 const bootOpts = {
@@ -82,21 +69,7 @@ function accepts(port: number): Promise<boolean> {
 
 const portOf = (host: string) => Number(host.split(':')[1]);
 
-let home = '';
-let savedHome: string | undefined;
-
-test.before(async () => {
-  savedHome = process.env.TORPOR_HOME;
-  home = await mkdtemp(join(tmpdir(), 'torpor-sbx-net-pause-'));
-  if (existsSync(realStore)) await symlink(realStore, join(home, 'artifacts'));
-  process.env.TORPOR_HOME = home;
-});
-
-test.after(async () => {
-  if (savedHome === undefined) delete process.env.TORPOR_HOME;
-  else process.env.TORPOR_HOME = savedHome;
-  await rm(home, { recursive: true, force: true });
-});
+const home = privateHome(test, 'torpor-sbx-net-pause-');
 
 test('meta.json: the network and host ports are checked before a resume uses them', () => {
   const id = newSandboxId();

@@ -7,8 +7,7 @@
 // TORPOR_HOME is a fresh directory whose artifacts/ links to the real store: the store is reused
 // (building the Debian image takes minutes and root), the sandboxes/ directory is this test's own.
 import { existsSync, readdirSync, readlinkSync, statSync } from 'node:fs';
-import { copyFile, mkdtemp, readFile, readdir, rm, symlink, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { copyFile, readFile, readdir, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
@@ -16,24 +15,12 @@ import * as assert from 'uvu/assert';
 import type { AgentClient } from '../lib/agent/client.js';
 import { TorporError } from '../lib/errors.js';
 import { Sandbox, GUEST_CMDLINE } from '../lib/sandbox/sandbox.js';
-import { baseIsCached } from '../lib/setup/rootfs.js';
 import { homeLayout } from '../lib/store/home.js';
 import type { Machine } from '../lib/vm/machine.js';
-import { testUnless } from './skip-unless.js';
-import { sleep, testvmImage, testvmSkipReason } from './vmm-guests.js';
+import { privateHome, testvmSandboxTest } from './sandbox-home.js';
+import { sleep, testvmImage } from './vmm-guests.js';
 
-const realStore = homeLayout().artifacts;
-
-const noVm = testvmSkipReason();
-const kvmTest = noVm
-  ? testUnless('sandbox-testvm', noVm, 'kvm')
-  : testUnless(
-      'sandbox-testvm',
-      (await baseIsCached(realStore, false))
-        ? null
-        : `the root filesystem is not in the store (${realStore}); run \`torpor setup\` (as .ci/run does) to build it`,
-      'artifacts',
-    );
+const kvmTest = await testvmSandboxTest('sandbox-testvm');
 const kernel = testvmImage()!;
 const ROOTFS_SECTOR = 512;
 
@@ -81,22 +68,11 @@ const bootOpts = (extra?: string, timeoutMs = 15_000) => ({
 });
 const AGENT_READY = 'testvm.agent_ready=1';
 
-let home = '';
-let savedHome: string | undefined;
+const home = privateHome(test, 'torpor-sbx-testvm-');
 let vmsBefore = 0;
 
 test.before(async () => {
-  savedHome = process.env.TORPOR_HOME;
-  home = await mkdtemp(join(tmpdir(), 'torpor-sbx-testvm-'));
-  if (existsSync(realStore)) await symlink(realStore, join(home, 'artifacts'));
-  process.env.TORPOR_HOME = home;
   vmsBefore = await settledBaseline();
-});
-
-test.after(async () => {
-  if (savedHome === undefined) delete process.env.TORPOR_HOME;
-  else process.env.TORPOR_HOME = savedHome;
-  await rm(home, { recursive: true, force: true });
 });
 
 const sandboxDirs = async () => (await readdir(join(home, 'sandboxes')).catch(() => [] as string[])).sort();
