@@ -16,11 +16,11 @@ const BOOT = { boot: { timeoutMs: 180_000 }, memoryMiB: 256, vcpus: 1 };
 /** Emulated CPUs in the nested host: the restored guest may take seconds to answer. */
 const CONNECT = { restoreTimeoutMs: 120_000, bootTimeoutMs: 180_000 };
 const NESTED = process.env.TORPOR_NESTED === '1';
-/** Pause/connect cycles with file writes and reads between them (issue 8 asks for 50): 50 on
- *  hardware hosts; 10 in the emulated nested host, where one cycle took 0.19-3.0 s (one run,
- *  cycles 7-9 at 2.7-3.0 s with the reads growing): 50 would likely take 3-4 minutes there, not
- *  yet tried (the test prints each cycle's time). */
-const CYCLES = NESTED ? 10 : 50;
+/** Pause/connect cycles with file writes and reads between them (issue 8 asks for 50), on every
+ *  host, the emulated nested host included. Each cycle reads back every file written since the
+ *  previous cycle's pause, and the last one reads them all: every byte checked, without the
+ *  reads growing with the square of the cycle count. */
+const CYCLES = 50;
 /** Child processes SIGKILLed while pausing (the nested host is slow: 3 rounds; raise for longer runs). */
 const KILL_ROUNDS = Number(process.env.TORPOR_KILL_ROUNDS ?? 3);
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -106,7 +106,7 @@ linuxTest('the clock is within 1 s of the host after a 5 s pause; /dev/urandom d
   }
 });
 
-linuxTest('a python3 holding state only in memory answers over stdin after resume; files written between ${CYCLES} pause/connect cycles all intact', async () => {
+linuxTest(`a python3 holding state only in memory answers over stdin after resume; files written between ${CYCLES} pause/connect cycles all intact`, async () => {
   const sbx = await Sandbox.create(BOOT);
   const id = sbx.sandboxId;
   try {
@@ -127,8 +127,10 @@ linuxTest('a python3 holding state only in memory answers over stdin after resum
       cur = await Sandbox.connect(id, CONNECT);
       const info = await cur.getInfo();
       assert.is(info.resumedFrom, 'memory', `cycle ${cycle}: resumed from ${info.resumedFrom}: ${info.resumeReason}`);
-      for (let j = 0; j < written.length; j++) assert.is(await cur.files.read(`/home/user/cycle-${j}.txt`), written[j], `cycle ${cycle}: file ${j}`);
-      console.log(`cycle ${cycle}: ${Math.round(performance.now() - t0)} ms (write, pause, connect, ${written.length} files read back)`);
+      // The file written before this pause and the one before it (it crossed two pauses); all of them at the end.
+      const check = cycle === CYCLES - 1 ? written.map((_, j) => j) : [cycle - 1, cycle].filter((j) => j >= 0);
+      for (const j of check) assert.is(await cur.files.read(`/home/user/cycle-${j}.txt`), written[j], `cycle ${cycle}: file ${j}`);
+      console.log(`cycle ${cycle}: ${Math.round(performance.now() - t0)} ms (write, pause, connect, ${check.length} files read back)`);
     }
     // The same python3, its list still in memory: reattach and feed it one more line.
     const again = await cur.commands.connect(keeper.pid, { fromOffset: 0 });

@@ -6,6 +6,7 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
 import { Sandbox, linuxGuestSupport } from '../lib/sandbox/sandbox.js';
+import { allOrNone } from './all-or-none.js';
 import { testUnless } from './skip-unless.js';
 
 const support = await linuxGuestSupport();
@@ -26,7 +27,10 @@ maybe('uname, python3 arithmetic and a file round trip in one sandbox', async ()
 });
 
 maybe('8 sandboxes at once', async () => {
-  const boxes = await Promise.all(Array.from({ length: 8 }, () => Sandbox.create({ memoryMiB: 256, vcpus: 1, boot: { timeoutMs: 180_000 } })));
+  const boxes = await allOrNone(
+    Array.from({ length: 8 }, () => Sandbox.create({ memoryMiB: 256, vcpus: 1, boot: { timeoutMs: 180_000 } })),
+    (b) => b.kill(),
+  );
   try {
     const outs = await Promise.all(boxes.map((b, i) => b.commands.run(['python3', '-c', `print(${i}*${i})`])));
     outs.forEach((r, i) => assert.is(r.stdout, `${i * i}\n`));

@@ -17,6 +17,8 @@ import { TorporError } from '../lib/errors.js';
 import { Sandbox, GUEST_CMDLINE } from '../lib/sandbox/sandbox.js';
 import { homeLayout } from '../lib/store/home.js';
 import type { Machine } from '../lib/vm/machine.js';
+import { allOrNone } from './all-or-none.js';
+import { bound } from './bounds.js';
 import { privateHome, testvmSandboxTest } from './sandbox-home.js';
 import { sleep, testvmImage } from './vmm-guests.js';
 
@@ -61,7 +63,7 @@ async function settledBaseline(): Promise<number> {
   return last;
 }
 
-const bootOpts = (extra?: string, timeoutMs = 15_000) => ({
+const bootOpts = (extra?: string, timeoutMs = bound(15_000)) => ({
   vcpus: 1,
   memoryMiB: 64,
   boot: { kernel, timeoutMs, ...(extra !== undefined ? { cmdlineExtra: extra } : {}) },
@@ -185,7 +187,7 @@ kvmTest('await using kills the sandbox at the end of the block', async () => {
 
 kvmTest('4 sandboxes at once: distinct ids, directories and agents', async () => {
   const t0 = performance.now();
-  const boxes = await Promise.all(Array.from({ length: 4 }, () => Sandbox.create(bootOpts(AGENT_READY))));
+  const boxes = await allOrNone(Array.from({ length: 4 }, () => Sandbox.create(bootOpts(AGENT_READY))), (b) => b.kill());
   const ms = performance.now() - t0;
   try {
     const ids = boxes.map((b) => b.id);
@@ -207,7 +209,7 @@ kvmTest('a later create in the same process notices a replaced kernel file and u
   const mine = join(home, 'my-kernel.elf');
   await copyFile(kernel, mine);
   const metaKernel = async (sbx: Sandbox) => JSON.parse(await readFile(join(internals(sbx).dir, 'meta.json'), 'utf8')).kernel as string;
-  const opts = { ...bootOpts(AGENT_READY), boot: { kernel: mine, cmdlineExtra: AGENT_READY, timeoutMs: 15_000 } };
+  const opts = { ...bootOpts(AGENT_READY), boot: { kernel: mine, cmdlineExtra: AGENT_READY, timeoutMs: bound(15_000) } };
   const first = await Sandbox.create(opts);
   const before = await metaKernel(first);
   await first.kill();
@@ -257,7 +259,7 @@ kvmTest('a guest that stops during boot: BOOT_FAILED at once, saying it stopped,
   const t0 = performance.now();
   // testvm.run=triple: the guest triple-faults right after its boot line (a panicking kernel with
   // panic=1 ends the same way, by resetting).
-  const err = await Sandbox.create(bootOpts('testvm.run=triple', 15_000)).catch((e: unknown) => e);
+  const err = await Sandbox.create(bootOpts('testvm.run=triple')).catch((e: unknown) => e);
   const ms = performance.now() - t0;
   assert.ok(err instanceof TorporError && err.code === 'BOOT_FAILED', String(err));
   const msg = (err as Error).message;

@@ -7,6 +7,7 @@ import * as assert from 'uvu/assert';
 
 import { Machine } from '../lib/vm/machine.js';
 import { bootTestvm, sleep, testvmCommand, testvmImage, testvmSkipReason } from './vmm-guests.js';
+import { allOrNone } from './all-or-none.js';
 import { testUnless } from './skip-unless.js';
 
 const image = testvmImage();
@@ -128,7 +129,7 @@ kvmTest('SMP: 2 vCPUs boot, pause and resume; the MP table lists both and wires 
 });
 
 kvmTest('8 test guests at once in one process', async () => {
-  const ms = await Promise.all(Array.from({ length: 8 }, () => bootTestvm({ memoryMiB: 32 })));
+  const ms = await allOrNone(Array.from({ length: 8 }, () => bootTestvm({ memoryMiB: 32 })), (m) => m.stop());
   const answers = await Promise.all(ms.map((m, i) => testvmCommand(m, `echo machine-${i}`, 'echo', 20_000)));
   answers.forEach((a, i) => assert.is(a, `echo=machine-${i}`));
   await Promise.all(ms.map((m) => m.stop()));

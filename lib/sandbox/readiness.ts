@@ -47,10 +47,15 @@ export async function awaitRestoredAgent(machine: Machine, timeoutMs: number): P
   }
 }
 
-/** One vsock connect and the HELLO exchange; the client redials through the same path when the connection drops later. */
+/** One vsock connect and the HELLO exchange, each bounded by the caller's timeout; the client redials through the same
+ *  path when the connection drops later. The HELLO bound is the caller's too, not the client's 10 s default: a restored
+ *  guest's agent answers only once its pages have been faulted back in, which on a loaded or emulated host (the nested
+ *  test host) takes longer than on a warm machine, and the caller already said how long it is prepared to wait. */
 function connectOnce(machine: Machine, timeoutMs: number): Promise<AgentClient> {
-  return AgentClient.connect(() => machine.vsockConnect(AGENT_VSOCK_PORT, Math.min(Math.max(1, Math.ceil(timeoutMs)), 3_600_000)), {
+  const bound = Math.min(Math.max(1, Math.ceil(timeoutMs)), 3_600_000);
+  return AgentClient.connect(() => machine.vsockConnect(AGENT_VSOCK_PORT, bound), {
     reconnect: true,
+    helloTimeoutMs: Math.max(10_000, bound),
   });
 }
 
