@@ -3,6 +3,7 @@ export * from './errors.js';
 // Sandboxes and the agent API (lib/sandbox, lib/agent).
 export { Sandbox, linuxGuestSupport, type SandboxOpts, type ConnectOpts, type PauseResult, type SandboxInfo, type SandboxState, type ListOpts } from './sandbox/sandbox.js';
 export { IllegalTransitionError } from './sandbox/lifecycle.js';
+export type { NetworkOptions } from './net/options.js';
 export { Commands, CommandHandle, type CommandResult, type CommandStartOpts, type CommandConnectOpts, type ProcessInfo } from './sandbox/commands.js';
 export { Files, type EntryInfo, type FileType, type FileOpts, type WriteOpts, type WriteInfo, type WriteData, type WriteEntry } from './sandbox/files.js';
 export { WatchHandle, FilesystemEventType, type FilesystemEvent, type WatchOpts } from './sandbox/watch.js';

@@ -47,6 +47,8 @@ export interface NativeMachineConfig {
    *  counted, answered RST, reported as a 'vsockKnock' event (docs/protocol.md). Not saved in snapshots. */
   vsockKnockPorts?: number[];
   rng?: boolean;
+  /** virtio-net: the MAC, and the backend's Unix socket (QEMU stream protocol: passt) to connect now. */
+  net?: { mac: string; backendSocket?: string };
   /** Append everything the guest prints on the serial port to this file. */
   consoleLog?: string;
   /** Bytes of console output kept in memory (consoleTail); default 64 KiB. */
@@ -169,6 +171,16 @@ export interface NativeMachine {
   vsockKnocks(port: number): number;
   /** A restored machine's knock ports (a snapshot keeps none); state 'created' only (before start). */
   setVsockKnockPorts(ports: number[]): void;
+  /** Connects the network device to a backend's Unix socket, replacing the one before (NET_BACKEND on failure). */
+  netAttach(socketPath: string): void;
+  /** The same over a new socketpair; returns the other end's fd (the caller closes it once handed on). */
+  netAttachPair(): number;
+  /** Attaches the network device to `fd` (a connected stream socket); the machine owns it from here. */
+  netAttachFd(fd: number): void;
+  /** What the guest may send (egress off: ARP/NDP/DHCP, replies from guestPorts, packets to allowIpv4). */
+  netEgressPolicy(policy: { egress: boolean; guestPorts?: number[]; allowIpv4?: string[] }): void;
+  /** Why the network backend's socket died; '' while it lives. */
+  netBackendError(): string;
   /** Bounds-checked read of guest-physical memory (tests, debugging). Throws GUEST_MEMORY out of range. */
   readGuest(gpa: number, length: number): Buffer;
   stats(): NativeMachineStats;
@@ -204,6 +216,8 @@ export interface NativeBinding {
   closeLockFile(fd: number): void;
   /** KVM ioctls this process made so far, KVM_RUN aside (benchmarks: KVM calls per path). */
   kvmCallCount(): number;
+  /** A connected pair of Unix stream sockets (CLOEXEC fds): one for netAttachFd, one for the backend process. */
+  netSocketPair(): [number, number];
   /** Build facts: addon version, compiler, whether built with sanitizers. */
   buildInfo(): { version: string; compiler: string };
 }

@@ -7,8 +7,7 @@
 // TORPOR_HOME is a fresh directory whose artifacts/ links to the real store.
 import { spawn, spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { mkdtemp, readdir, readFile, rm, symlink, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { Worker } from 'node:worker_threads';
 import { join } from 'node:path';
 import { test } from 'uvu';
@@ -19,23 +18,11 @@ import { FieldWriter } from '../lib/agent/fields.js';
 import { FrameType } from '../lib/agent/protocol.js';
 import { TorporError } from '../lib/errors.js';
 import { Sandbox } from '../lib/sandbox/sandbox.js';
-import { baseIsCached } from '../lib/setup/rootfs.js';
-import { homeLayout } from '../lib/store/home.js';
 import type { Machine } from '../lib/vm/machine.js';
-import { testUnless } from './skip-unless.js';
-import { sleep, testvmImage, testvmSkipReason } from './vmm-guests.js';
+import { privateHome, testvmSandboxTest } from './sandbox-home.js';
+import { sleep, testvmImage } from './vmm-guests.js';
 
-const realStore = homeLayout().artifacts;
-const noVm = testvmSkipReason();
-const kvmTest = noVm
-  ? testUnless('sandbox-pause', noVm, 'kvm')
-  : testUnless(
-      'sandbox-pause',
-      (await baseIsCached(realStore, false))
-        ? null
-        : `the root filesystem is not in the store (${realStore}); run \`torpor setup\` (as .ci/run does) to build it`,
-      'artifacts',
-    );
+const kvmTest = await testvmSandboxTest('sandbox-pause');
 const kernel = testvmImage()!;
 
 const STATUS = 0x100000;
@@ -78,21 +65,7 @@ function child(...args: string[]): Record<string, unknown> {
   return JSON.parse(line) as Record<string, unknown>;
 }
 
-let home = '';
-let savedHome: string | undefined;
-
-test.before(async () => {
-  savedHome = process.env.TORPOR_HOME;
-  home = await mkdtemp(join(tmpdir(), 'torpor-sbx-pause-'));
-  if (existsSync(realStore)) await symlink(realStore, join(home, 'artifacts'));
-  process.env.TORPOR_HOME = home;
-});
-
-test.after(async () => {
-  if (savedHome === undefined) delete process.env.TORPOR_HOME;
-  else process.env.TORPOR_HOME = savedHome;
-  await rm(home, { recursive: true, force: true });
-});
+const home = privateHome(test, 'torpor-sbx-pause-');
 
 kvmTest('pause -> connect in the same process: the same machine continues (counter), SYNC before, RESUMED after', async () => {
   const sbx = await Sandbox.create(bootOpts());

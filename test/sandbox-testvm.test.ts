@@ -7,8 +7,7 @@
 // TORPOR_HOME is a fresh directory whose artifacts/ links to the real store: the store is reused
 // (building the Debian image takes minutes and root), the sandboxes/ directory is this test's own.
 import { existsSync, readdirSync, readlinkSync, statSync } from 'node:fs';
-import { copyFile, mkdtemp, readFile, readdir, rm, symlink, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { copyFile, readFile, readdir, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
@@ -16,26 +15,14 @@ import * as assert from 'uvu/assert';
 import type { AgentClient } from '../lib/agent/client.js';
 import { TorporError } from '../lib/errors.js';
 import { Sandbox, GUEST_CMDLINE } from '../lib/sandbox/sandbox.js';
-import { baseIsCached } from '../lib/setup/rootfs.js';
 import { homeLayout } from '../lib/store/home.js';
 import type { Machine } from '../lib/vm/machine.js';
 import { allOrNone } from './all-or-none.js';
 import { bound } from './bounds.js';
-import { testUnless } from './skip-unless.js';
-import { sleep, testvmImage, testvmSkipReason } from './vmm-guests.js';
+import { privateHome, testvmSandboxTest } from './sandbox-home.js';
+import { sleep, testvmImage } from './vmm-guests.js';
 
-const realStore = homeLayout().artifacts;
-
-const noVm = testvmSkipReason();
-const kvmTest = noVm
-  ? testUnless('sandbox-testvm', noVm, 'kvm')
-  : testUnless(
-      'sandbox-testvm',
-      (await baseIsCached(realStore, false))
-        ? null
-        : `the root filesystem is not in the store (${realStore}); run \`torpor setup\` (as .ci/run does) to build it`,
-      'artifacts',
-    );
+const kvmTest = await testvmSandboxTest('sandbox-testvm');
 const kernel = testvmImage()!;
 const ROOTFS_SECTOR = 512;
 
@@ -83,22 +70,11 @@ const bootOpts = (extra?: string, timeoutMs = bound(15_000)) => ({
 });
 const AGENT_READY = 'testvm.agent_ready=1';
 
-let home = '';
-let savedHome: string | undefined;
+const home = privateHome(test, 'torpor-sbx-testvm-');
 let vmsBefore = 0;
 
 test.before(async () => {
-  savedHome = process.env.TORPOR_HOME;
-  home = await mkdtemp(join(tmpdir(), 'torpor-sbx-testvm-'));
-  if (existsSync(realStore)) await symlink(realStore, join(home, 'artifacts'));
-  process.env.TORPOR_HOME = home;
   vmsBefore = await settledBaseline();
-});
-
-test.after(async () => {
-  if (savedHome === undefined) delete process.env.TORPOR_HOME;
-  else process.env.TORPOR_HOME = savedHome;
-  await rm(home, { recursive: true, force: true });
 });
 
 const sandboxDirs = async () => (await readdir(join(home, 'sandboxes')).catch(() => [] as string[])).sort();
@@ -141,13 +117,16 @@ kvmTest('create -> knock on vsock 1023 -> vsock 1024 -> HELLO, with the director
     assert.ok(rttMs > 0 && rttMs < 1000, `PING round trip ${rttMs} ms`);
 
     // The guest took the Linux command line as it is and saw the devices Sandbox.create configured:
-    // the root filesystem as virtio-blk disk 0 (capacity in 512-byte sectors) and vsock with CID 3.
+    // the root filesystem as virtio-blk disk 0 (capacity in 512-byte sectors), vsock with CID 3
+    // and the network (virtio-net, its addresses on the command line for the agent).
     assert.ok(machine.kernelCmdline.startsWith(`${GUEST_CMDLINE} ${AGENT_READY}`), machine.kernelCmdline);
     const log = sbx.consoleLog();
     const sectors = statSync(meta.rootfs).size / ROOTFS_SECTOR;
     assert.match(log, new RegExp(`^virtio=0 type=blk .*capacity=${sectors} status=ok$`, 'm'));
     assert.match(log, /^virtio=1 type=vsock .*cid=3 status=ok$/m);
-    assert.match(log, /^boot=ok ram_mib=\d+ virtio=2 blk=1 rng=0 vsock=1 mode=irq$/m);
+    assert.match(log, /^virtio=2 type=net .*status=ok$/m);
+    assert.match(machine.kernelCmdline, / torpor\.net=10\.0\.2\.15\/24,10\.0\.2\.2,10\.0\.2\.3 /);
+    assert.match(log, /^boot=ok ram_mib=\d+ virtio=3 blk=1 rng=0 vsock=1 mode=irq$/m);
     assert.match(log, /^torpor-agent ready v1 \d+ vsock:1024$/m);
     assert.not.match(log, /error|bad_virtio_entries/);
     // console.log in the directory holds the same output.
@@ -289,6 +268,40 @@ kvmTest('a guest that stops during boot: BOOT_FAILED at once, saying it stopped,
   assert.ok(ms < 10_000, `did not wait for the 15 s boot timeout (${ms} ms)`);
   assert.equal(await sandboxDirs(), []);
   assert.is(await settledVms(vmsBefore), vmsBefore);
+});
+
+kvmTest('network: a forwarded port is listening at getHost(port); network: false means no device', async () => {
+  {
+    await using sbx = await Sandbox.create({ ...bootOpts(AGENT_READY), network: { ports: [8080] } });
+    const host = sbx.getHost(8080);
+    assert.match(host, /^127\.0\.0\.1:\d+$/);
+    // passt listens there (the test guest serves nothing on 8080: the connection is accepted, then dropped).
+    const [, port] = host.split(':');
+    const { connect } = await import('node:net');
+    await new Promise<void>((resolve, reject) => {
+      const c = connect(Number(port), '127.0.0.1', () => {
+        c.destroy();
+        resolve();
+      });
+      c.once('error', reject);
+    });
+    const err = (() => {
+      try {
+        sbx.getHost(9090);
+      } catch (e) {
+        return e;
+      }
+    })();
+    assert.ok(err instanceof TorporError && err.code === 'INVALID_ARGUMENT', String(err));
+  }
+  {
+    await using sbx = await Sandbox.create({ ...bootOpts(AGENT_READY), network: false });
+    assert.not.match(sbx.consoleLog(), /type=net/);
+    assert.throws(() => sbx.getHost(8080), (e: unknown) => e instanceof TorporError && e.code === 'INVALID_ARGUMENT');
+  }
+  const bad = await Sandbox.create({ ...bootOpts(AGENT_READY), network: { ports: [0] } }).catch((e: unknown) => e);
+  assert.ok(bad instanceof TorporError && bad.code === 'INVALID_ARGUMENT', String(bad));
+  assert.equal(await sandboxDirs(), []);
 });
 
 test.run();

@@ -5,6 +5,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { formatProbe, tryProbeHost } from '../host/probe.js';
 import { PVM_KERNEL_NOTE } from '../setup/artifacts.js';
 import { detectHostFromSysfs } from '../setup/host.js';
+import { findPasst } from '../net/passt.js';
 import { missingPackages } from '../setup/tools.js';
 import { homeLayout, torporHome } from '../store/home.js';
 
@@ -33,6 +34,8 @@ export async function runDoctor(argv: string[]): Promise<number> {
   out.push(`TORPOR_HOME: ${layout.root}${existsSync(layout.artifacts) ? '' : ' (nothing built yet: run `torpor setup`)'}`);
   const missing = missingPackages(['agent', 'kernel', 'rootfs']);
   out.push(missing.length ? `setup tools missing: apt-get install ${missing.join(' ')}` : 'setup tools: all present');
+  const passt = findPasst();
+  out.push(passt ? `network backend: passt (${passt})` : 'network backend: passt missing: apt-get install passt (sandboxes need it unless created with network: false)');
   const kernel = process.env.TORPOR_KERNEL;
   if (kernel) out.push(`TORPOR_KERNEL: ${kernel}`);
   let record: { kernel?: { source?: string } } = {};

@@ -1,12 +1,16 @@
 // Sandbox.connect's work (docs/sandbox-lifecycle.md): from memory when the current generation
 // can be restored and its agent answers, else from that generation's disk; RESUMED (host clock,
-// fresh entropy) before anything else; what happened recorded in meta.json.
+// fresh entropy) before anything else; what happened recorded in meta.json. A sandbox with a
+// network gets a fresh backend (passt) for the new run, attached before the guest runs again:
+// same MAC (the snapshot keeps the device; a disk boot derives it from the id again), same
+// addresses, its forwarded ports bound again (the same host ports where still free).
 import { existsSync } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
 import { dirname, join, relative } from 'node:path';
 
 import { TorporError } from '../errors.js';
 import type { AgentClient } from '../agent/client.js';
+import { SandboxNetwork } from '../net/sandbox-network.js';
 import type { OwnerLock } from '../store/owner-lock.js';
 import type { ResumedFrom, SandboxDir, SandboxMeta } from '../store/sandbox-dir.js';
 import { Machine } from '../vm/machine.js';
@@ -33,6 +37,16 @@ export interface Running {
   lock: OwnerLock;
   /** Disk layers under the machine's top (relative to the directory): what the next pause adds to. */
   diskLayers: string[];
+  /** The network backend of this run (a sandbox created with a network). */
+  network?: SandboxNetwork;
+}
+
+/** A fresh backend for this run, or none for a sandbox without a network. */
+function startNetwork(meta: SandboxMeta): Promise<SandboxNetwork> | undefined {
+  if (!meta.network) return undefined;
+  const p = SandboxNetwork.prepare(meta.network, meta.hostPorts);
+  p.catch(() => undefined); // awaited (and its failure handled) where it is attached
+  return p;
 }
 
 /** Why a restore was not used, in a few words for meta.json and getInfo(). */
@@ -68,6 +82,7 @@ export async function resume(dir: SandboxDir, before: SandboxMeta, lock: OwnerLo
 
   let machine: Machine | undefined;
   let client: AgentClient | undefined;
+  let network: SandboxNetwork | undefined;
   let resumedFrom: ResumedFrom = 'memory';
   let resumeReason: string | undefined;
   let diskLayers = (await dir.diskLayersAt(before, generation)).map((p) => relative(dir.path, p));
@@ -75,14 +90,24 @@ export async function resume(dir: SandboxDir, before: SandboxMeta, lock: OwnerLo
     if (generation === 0) resumeReason = 'no generation: the sandbox was never paused';
     else if (opts.onResume === 'reboot') resumeReason = "onResume: 'reboot'";
     else {
+      // passt starts while the machine is restored; the guest runs once the device has it.
+      const netReady = startNetwork(before);
       try {
-        machine = await Machine.restore(dir.snapshots);
+        machine = await Machine.restore(dir.snapshots, netReady ? { state: 'paused' } : {});
+        if (netReady) {
+          network = await netReady;
+          network.attach(machine);
+          await machine.resume();
+        }
         client = await awaitRestoredAgent(machine, opts.restoreTimeoutMs ?? 10_000);
         await sendResumed(client, RESUMED_TIMEOUT_MS);
+        // passt binds the forwarded ports while the guest comes back; getHost is good from here.
+        await network?.ready();
       } catch (err) {
         await client?.close().catch(() => undefined);
         await machine?.stop().catch(() => undefined);
-        machine = client = undefined;
+        await (network ?? (await netReady?.catch(() => undefined)))?.stop().catch(() => undefined);
+        machine = client = network = undefined;
         resumeReason = reasonOf(err);
       }
     }
@@ -93,23 +118,37 @@ export async function resume(dir: SandboxDir, before: SandboxMeta, lock: OwnerLo
       if (generation === 0 && existsSync(dir.firstOverlay)) diskLayers = [relative(dir.path, dir.firstOverlay)];
       const top = dir.bootTop(generation);
       await mkdir(dirname(top), { recursive: true });
-      machine = await Machine.build({
-        kernel: before.kernel,
-        cmdline: before.cmdline,
-        vcpus: before.vcpus,
-        memoryMiB: before.memoryMiB,
-        disks: [{ base: before.rootfs, frozen: diskLayers.map((p) => join(dir.path, p)), overlay: top }],
-        vsockCid: GUEST_CID,
-        vsockKnockPorts: [AGENT_KNOCK_PORT],
-        consoleLog: dir.consoleLog,
-      });
+      const netReady = startNetwork(before);
+      try {
+        machine = await Machine.build({
+          kernel: before.kernel,
+          cmdline: before.cmdline,
+          vcpus: before.vcpus,
+          memoryMiB: before.memoryMiB,
+          disks: [{ base: before.rootfs, frozen: diskLayers.map((p) => join(dir.path, p)), overlay: top }],
+          vsockCid: GUEST_CID,
+          vsockKnockPorts: [AGENT_KNOCK_PORT],
+          consoleLog: dir.consoleLog,
+          ...(before.network ? { net: SandboxNetwork.machineOptions(before.id).net } : {}),
+        });
+        if (netReady) {
+          network = await netReady;
+          network.attach(machine);
+        }
+      } catch (err) {
+        await machine?.stop().catch(() => undefined);
+        await (network ?? (await netReady?.catch(() => undefined)))?.stop().catch(() => undefined);
+        throw err;
+      }
       try {
         await machine.start();
         client = await awaitBootedAgent(machine, opts.bootTimeoutMs ?? 30_000);
         await sendResumed(client, RESUMED_TIMEOUT_MS);
+        await network?.ready();
       } catch (err) {
         await client?.close().catch(() => undefined);
         await machine.stop().catch(() => undefined);
+        await network?.stop().catch(() => undefined);
         throw err;
       }
     }
@@ -125,13 +164,15 @@ export async function resume(dir: SandboxDir, before: SandboxMeta, lock: OwnerLo
   if (resumeReason) meta.resumeReason = resumeReason;
   delete meta.lostInterval;
   if (lostInterval) meta.lostInterval = lostInterval;
+  if (network) meta.hostPorts = network.hostPortsRecord();
   try {
     await dir.writeMeta(meta);
   } catch (err) {
     await client.close().catch(() => undefined);
     await machine.stop().catch(() => undefined);
+    await network?.stop().catch(() => undefined);
     await dir.writeMeta(before).catch(() => undefined);
     throw err;
   }
-  return { meta, run: { machine, client, lock, diskLayers } };
+  return { meta, run: { machine, client, lock, diskLayers, ...(network ? { network } : {}) } };
 }

@@ -14,7 +14,7 @@
 import { existsSync } from 'node:fs';
 import { readFile, stat } from 'node:fs/promises';
 
-import { KvmUnavailableError, SandboxNotFoundError, TemplateNotFoundError, TorporError } from '../errors.js';
+import { InvalidArgumentError, KvmUnavailableError, SandboxNotFoundError, TemplateNotFoundError, TorporError } from '../errors.js';
 import type { AgentClient } from '../agent/client.js';
 import { homeLayout, torporHome } from '../store/home.js';
 import { takeOwnerLock, type OwnerLock } from '../store/owner-lock.js';
@@ -27,6 +27,8 @@ import {
   type SandboxMeta,
 } from '../store/sandbox-dir.js';
 import { Machine } from '../vm/machine.js';
+import { type NetworkOptions, resolveNetwork } from '../net/options.js';
+import { SandboxNetwork } from '../net/sandbox-network.js';
 import { createAgentApi } from './agent-api.js';
 import { syncGuest } from './guest-requests.js';
 import { infoOf, type SandboxInfo } from './info.js';
@@ -71,6 +73,9 @@ export interface SandboxOpts {
     /** What the timeout does: 'kill' (default) or 'pause' (a paused sandbox costs disk only). */
     onTimeout?: OnTimeout;
   };
+  /** The guest's network (lib/net/options.ts): egress on, host loopback off by default; false: no
+   *  network device. Kept across pause and connect (a fresh backend each run: docs/network.md). */
+  network?: NetworkOptions | false;
 }
 
 
@@ -98,7 +103,7 @@ export const GUEST_CMDLINE =
   'acpi=off root=/dev/vda rw init=/usr/sbin/torpor-agent quiet';
 export { AGENT_KNOCK_PORT, AGENT_VSOCK_PORT, awaitBootedAgent, awaitRestoredAgent } from './readiness.js';
 
-const OPT_KEYS = ['template', 'vcpus', 'memoryMiB', 'envs', 'metadata', 'boot', 'timeoutMs', 'lifecycle'] as const;
+const OPT_KEYS = ['template', 'vcpus', 'memoryMiB', 'envs', 'metadata', 'boot', 'timeoutMs', 'lifecycle', 'network'] as const;
 /** How long the guest has to answer SYNC before a pause captures without it. */
 const SYNC_TIMEOUT_MS = 10_000;
 /** How long the capture of an ending process waits for the vCPUs to park. */
@@ -123,6 +128,7 @@ function validate(opts: SandboxOpts): void {
   checkString('opts.boot.cmdlineExtra', opts.boot?.cmdlineExtra);
   checkInt('opts.boot.timeoutMs', opts.boot?.timeoutMs, 1, 2 ** 31 - 1);
   if (opts.boot?.kernel !== undefined && !existsSync(opts.boot.kernel)) fail('opts.boot.kernel', 'an existing file', opts.boot.kernel);
+  resolveNetwork('opts.network', opts.network);
 }
 
 function validateConnect(opts: ConnectOpts): void {
@@ -277,6 +283,7 @@ export class Sandbox implements AsyncDisposable {
       if (this.#run?.machine !== machine || this.#life.state !== 'running') return;
       const last = reason.consoleTail.trimEnd().split('\n').slice(-1)[0] ?? '';
       void client.close(`the sandbox's machine ended (${state}, ${reason.kind}: ${reason.message}); console: ${last.slice(-200)}`);
+      void run.network?.stop().catch(() => undefined);
       this.#idle?.stop();
       this.#life.to('failed');
       unregisterRunning(this);
@@ -311,6 +318,8 @@ export class Sandbox implements AsyncDisposable {
     }
 
     const dir = new SandboxDir(newSandboxId());
+    const netOpts = resolveNetwork('opts.network', opts.network);
+    const netMachine = netOpts ? SandboxNetwork.machineOptions(dir.id) : undefined;
     const meta: SandboxMeta = {
       id: dir.id,
       template,
@@ -321,16 +330,21 @@ export class Sandbox implements AsyncDisposable {
       envs: opts.envs ?? {},
       kernel: artifacts.kernel,
       rootfs: artifacts.rootfs,
-      cmdline: opts.boot?.cmdlineExtra ? `${GUEST_CMDLINE} ${opts.boot.cmdlineExtra}` : GUEST_CMDLINE,
+      cmdline: [GUEST_CMDLINE, opts.boot?.cmdlineExtra, netMachine?.cmdline].filter(Boolean).join(' '),
       ownerPid: process.pid,
       state: 'starting',
       ...(opts.timeoutMs ? { timeoutMs: opts.timeoutMs, onTimeout: opts.lifecycle?.onTimeout ?? 'kill' } : {}),
+      ...(netOpts ? { network: netOpts } : {}),
     };
 
     // Every failure from here on stops what was started and removes the sandbox's directory.
     let lock: OwnerLock | undefined;
     let machine: Machine | undefined;
     let client: AgentClient | undefined;
+    let network: SandboxNetwork | undefined;
+    // passt starts while the machine is built; its failure is handled below, with the rest.
+    const netReady = netOpts ? SandboxNetwork.prepare(netOpts) : undefined;
+    netReady?.catch(() => undefined);
     try {
       await dir.create();
       const taken = await takeOwnerLock(dir.lockPath);
@@ -347,16 +361,24 @@ export class Sandbox implements AsyncDisposable {
         vsockCid: GUEST_CID,
         vsockKnockPorts: [AGENT_KNOCK_PORT],
         consoleLog: dir.consoleLog,
+        ...(netMachine ? { net: netMachine.net } : {}),
       });
+      if (netReady) {
+        network = await netReady;
+        network.attach(machine);
+      }
       await machine.start();
       client = await awaitBootedAgent(machine, opts.boot?.timeoutMs ?? 30_000);
-      const running = { ...meta, state: 'running' as const };
+      // The forwarded ports were being bound while the guest booted; getHost is good from here.
+      await network?.ready();
+      const running: SandboxMeta = { ...meta, state: 'running', ...(network ? { hostPorts: network.hostPortsRecord() } : {}) };
       await dir.writeMeta(running);
-      return new Sandbox(dir, running, { machine, client, lock, diskLayers: [] });
+      return new Sandbox(dir, running, { machine, client, lock, diskLayers: [], ...(network ? { network } : {}) });
     } catch (err) {
       // The client first: with reconnect on, a client left open would keep dialling a stopped machine.
       await client?.close().catch(() => undefined);
       await machine?.stop().catch(() => undefined);
+      await (network ?? (await netReady?.catch(() => undefined)))?.stop().catch(() => undefined);
       await dir.remove().catch(() => undefined);
       await lock?.release().catch(() => undefined);
       throw err;
@@ -408,6 +430,7 @@ export class Sandbox implements AsyncDisposable {
       // The directory was removed under a running sandbox (a test's temporary home): a capture
       // would recreate it. The sandbox ends instead.
       await run.machine.stop().catch(() => undefined);
+      await run.network?.stop().catch(() => undefined);
       this.#run = null;
       unregisterRunning(this);
       await run.lock.release();
@@ -421,6 +444,9 @@ export class Sandbox implements AsyncDisposable {
       await this.#captureFailed(run, err);
       throw err;
     }
+    // The machine is stopped and captured: its backend ends, and every host-side flow with it
+    // (open network connections are closed on pause; docs/network.md).
+    await run.network?.stop().catch(() => undefined);
     const diskLayers = [...run.diskLayers, `snapshots/gen-${snap.generation}/disk0.overlay`];
     this.#meta = {
       ...this.#meta,
@@ -488,6 +514,7 @@ export class Sandbox implements AsyncDisposable {
       }
     }
     await run.machine.stop().catch(() => undefined);
+    await run.network?.stop().catch(() => undefined);
     this.#run = null;
     unregisterRunning(this);
     await run.lock.release().catch(() => undefined);
@@ -651,6 +678,20 @@ export class Sandbox implements AsyncDisposable {
     return this.#run ? tailText(this.#run.machine) : '';
   }
 
+  /**
+   * '127.0.0.1:<host port>' where the host reaches the guest's TCP `port` (one of
+   * `network.ports`). INVALID_ARGUMENT for a port not forwarded; NET_BACKEND if the network
+   * backend died; INVALID_STATE unless running. After a pause and connect the host port may
+   * differ (a fresh backend binds it again; the same one when it is still free).
+   */
+  getHost(port: number): string {
+    checkInt('port', port, 1, 65535);
+    if (!this.#meta.network) throw new InvalidArgumentError('this sandbox has no network (network: false)');
+    const network = this.#run?.network;
+    if (!network) throw this.#notRunning('getHost()');
+    return network.getHost(port);
+  }
+
   /** Stops the machine and deletes the sandbox's files. Idempotent. A paused sandbox is removed
    *  as Sandbox.kill(id) removes it (SANDBOX_BUSY when another process has connected to it). */
   async kill(): Promise<void> {
@@ -672,6 +713,7 @@ export class Sandbox implements AsyncDisposable {
       await run.client.close();
       await run.machine.stop();
     } finally {
+      await run.network?.stop().catch(() => undefined);
       try {
         await this.#dir.remove();
       } finally {

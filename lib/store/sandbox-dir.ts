@@ -15,6 +15,7 @@ import { lstat, mkdir, open, readdir, readFile, rename, rm, stat, unlink } from 
 import { join } from 'node:path';
 
 import { InvalidArgumentError, SandboxNotFoundError, TorporError } from '../errors.js';
+import type { ResolvedNetwork } from '../net/options.js';
 import { isSandboxState, type SandboxState } from '../sandbox/lifecycle.js';
 import { homeLayout, torporHome } from './home.js';
 
@@ -52,6 +53,10 @@ export interface SandboxMeta {
   /** A dead owner's sandbox, recovered: what ran after `from` (the last generation) until the
    *  owner was found dead at `to` is lost. ISO times. */
   lostInterval?: { from: string; to: string };
+  /** The network the sandbox was created with (absent: none); every run starts a backend with it. */
+  network?: ResolvedNetwork;
+  /** The host ports (127.0.0.1) its last run forwarded, by guest port: a resume asks for them again. */
+  hostPorts?: Record<string, number>;
 }
 
 const ID_PATTERN = /^sbx_[0-9a-f]{16}$/;
@@ -109,7 +114,22 @@ export function parseMeta(text: string, path: string): SandboxMeta {
   if (lost !== undefined && (typeof lost !== 'object' || lost === null || !isStr(lost.from) || !isStr(lost.to))) {
     throw badMeta(path, 'lostInterval is malformed');
   }
+  if (m.network !== undefined && !isNetwork(m.network)) throw badMeta(path, 'network is malformed');
+  if (m.hostPorts !== undefined) {
+    const hp = m.hostPorts as Record<string, unknown>;
+    if (typeof hp !== 'object' || hp === null || Array.isArray(hp) || !Object.entries(hp).every(([k, v]) => isPort(Number(k)) && String(Number(k)) === k && isPort(v))) {
+      throw badMeta(path, 'hostPorts is malformed');
+    }
+  }
   return m as unknown as SandboxMeta;
+}
+
+const isPort = (v: unknown): v is number => typeof v === 'number' && Number.isInteger(v) && v >= 1 && v <= 65535;
+
+function isNetwork(v: unknown): v is ResolvedNetwork {
+  if (typeof v !== 'object' || v === null || Array.isArray(v)) return false;
+  const n = v as Record<string, unknown>;
+  return typeof n.egress === 'boolean' && typeof n.allowHostLoopback === 'boolean' && Array.isArray(n.ports) && n.ports.length <= 64 && n.ports.every(isPort);
 }
 
 function isPlainRelative(p: string): boolean {

@@ -56,6 +56,13 @@ export interface MachineOptions {
   vsockKnockPorts?: number[];
   /** Adds a virtio-rng device. */
   rng?: boolean;
+  /**
+   * Adds a virtio-net device with this MAC ("52:54:00:xx:xx:xx"; a snapshot keeps it). Its backend is
+   * a user-mode network stack speaking QEMU's stream protocol on a Unix socket (passt --socket):
+   * `backendSocket` connects it at build time, netAttach() later (a restored machine has none).
+   * Without a backend the guest sees the link down.
+   */
+  net?: { mac: string; backendSocket?: string };
   /** Append the guest's serial output to this file. */
   consoleLog?: string;
   /** Bytes of console output kept for consoleTail(); default 64 KiB. */
@@ -150,14 +157,23 @@ export function toNativeConfig(opts: MachineOptions): NativeMachineConfig {
     cfg.vsockKnockPorts = checkKnockPorts(opts.vsockKnockPorts);
   }
   if (opts.rng !== undefined) cfg.rng = Boolean(opts.rng);
+  if (opts.net !== undefined) {
+    if (opts.net === null || typeof opts.net !== 'object') throw new InvalidArgumentError('net must be an object');
+    const mac = checkString('net.mac', opts.net.mac, true)!;
+    if (!/^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$/.test(mac) || (parseInt(mac.slice(0, 2), 16) & 1) !== 0)
+      throw new InvalidArgumentError(`net.mac must be a unicast MAC like 52:54:00:12:34:56, not ${JSON.stringify(mac)}`);
+    cfg.net = { mac };
+    const sock = checkString('net.backendSocket', opts.net.backendSocket, false);
+    if (sock) cfg.net.backendSocket = sock;
+  }
   const log = checkString('consoleLog', opts.consoleLog, false);
   if (log !== undefined) cfg.consoleLog = log;
   if (opts.consoleRingBytes !== undefined)
     cfg.consoleRingBytes = checkInt('consoleRingBytes', opts.consoleRingBytes, 1, 64 * 1024 * 1024);
   const dev = checkString('kvmDevice', opts.kvmDevice, false);
   if (dev !== undefined) cfg.kvmDevice = dev;
-  if (cfg.disks.length + (cfg.vsockCid !== undefined ? 1 : 0) + (cfg.rng ? 1 : 0) > 19)
-    throw new InvalidArgumentError('at most 19 virtio devices (disks + vsock + rng)');
+  if (cfg.disks.length + (cfg.vsockCid !== undefined ? 1 : 0) + (cfg.rng ? 1 : 0) + (cfg.net ? 1 : 0) > 19)
+    throw new InvalidArgumentError('at most 19 virtio devices (disks + vsock + rng + net)');
   return cfg;
 }
 
@@ -500,6 +516,44 @@ export class Machine extends EventEmitter<MachineEvents> {
   vsockKnocks(port: number): number {
     checkInt('port', port, 0, 0xffffffff);
     return this.#native.vsockKnocks(port);
+  }
+
+  /**
+   * Connects the network device to a backend's Unix socket (QEMU stream protocol), replacing the
+   * one before: a restored machine's network starts here. NET_BACKEND when nothing listens there,
+   * INVALID_STATE without a network device.
+   */
+  netAttach(socketPath: string): void {
+    checkString('socketPath', socketPath, true);
+    this.#native.netAttach(socketPath);
+  }
+  /**
+   * Connects the network device to a new socketpair and returns the other end's fd, for a backend
+   * process started with it (passt --fd). The caller owns the fd: close it once the child has it.
+   */
+  netAttachPair(): number {
+    return this.#native.netAttachPair();
+  }
+  /**
+   * What the guest may send from now on. `egress: true` (the default): everything. Off: ARP, IPv6
+   * neighbour discovery and DHCP, TCP from `guestPorts` (replies of forwarded services) and
+   * packets to `allowIpv4`; the device drops the rest before the backend sees it.
+   */
+  netEgressPolicy(policy: { egress: boolean; guestPorts?: number[]; allowIpv4?: string[] }): void {
+    this.#native.netEgressPolicy(policy);
+  }
+  /** Attaches the network device to `fd` (one end of Machine.netSocketPair()); the machine owns it from here. */
+  netAttachFd(fd: number): void {
+    checkInt('fd', fd, 0, 0x7fffffff);
+    this.#native.netAttachFd(fd);
+  }
+  /** A connected pair of Unix stream socket fds: one for netAttachFd, one for the backend process (passt --fd). */
+  static netSocketPair(): [number, number] {
+    return loadNative().netSocketPair();
+  }
+  /** Why the network backend's socket died (it hung up, or broke the protocol); '' while it lives. */
+  netBackendError(): string {
+    return this.#native.netBackendError();
   }
 
   /** Bounds-checked read of guest-physical memory (GUEST_MEMORY outside RAM). */

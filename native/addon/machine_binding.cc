@@ -1,5 +1,6 @@
 #include "addon/machine_binding.h"
 
+#include <arpa/inet.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -90,6 +91,15 @@ MachineConfig parse_config(const Napi::Value& v) {
   if (js::has(o, "vsockCid")) c.vsock_cid = js::get_uint(o, "vsockCid", 3, 0xfffffffeull, std::nullopt);
   if (js::has(o, "vsockKnockPorts")) c.vsock_knock_ports = parse_knock_ports(unwrap(o.Get("vsockKnockPorts")));
   c.rng = js::get_bool(o, "rng", false);
+  if (js::has(o, "net")) {
+    Napi::Value nv = unwrap(o.Get("net"));
+    if (!nv.IsObject()) throw Error(code::kInvalidArgument, "net must be an object");
+    Napi::Object n = nv.As<Napi::Object>();
+    NetOptions net;
+    net.mac = js::get_string(n, "mac", true);
+    net.backend_socket = js::get_string(n, "backendSocket", false);
+    c.net = std::move(net);
+  }
   c.console_log = js::get_string(o, "consoleLog", false);
   c.console_ring_bytes = js::get_uint(o, "consoleRingBytes", 1, 64u << 20, 64 * 1024);
   c.kvm_device = js::get_string(o, "kvmDevice", false, "/dev/kvm");
@@ -120,6 +130,11 @@ Napi::Function MachineWrap::define(Napi::Env env) {
                          InstanceMethod<&MachineWrap::vsock_reset>("vsockReset"),
                          InstanceMethod<&MachineWrap::vsock_knocks>("vsockKnocks"),
                          InstanceMethod<&MachineWrap::set_vsock_knock_ports>("setVsockKnockPorts"),
+                         InstanceMethod<&MachineWrap::net_attach>("netAttach"),
+                         InstanceMethod<&MachineWrap::net_attach_pair>("netAttachPair"),
+                         InstanceMethod<&MachineWrap::net_attach_fd>("netAttachFd"),
+                         InstanceMethod<&MachineWrap::net_egress_policy>("netEgressPolicy"),
+                         InstanceMethod<&MachineWrap::net_backend_error>("netBackendError"),
                          InstanceMethod<&MachineWrap::read_guest>("readGuest"),
                          InstanceMethod<&MachineWrap::stats>("stats"),
                          InstanceMethod<&MachineWrap::kernel_cmdline>("kernelCmdline"),
@@ -769,6 +784,17 @@ Napi::Value MachineWrap::set_vsock_knock_ports(const Napi::CallbackInfo& info) {
   });
 }
 
+// Connects the network device to a backend's Unix socket (a fresh passt after
+// a restore). Connecting a Unix socket does not wait on the peer: it is done
+// here, on the JS thread.
+Napi::Value MachineWrap::net_attach(const Napi::CallbackInfo& info) {
+  return guarded(info.Env(), [&]() -> Napi::Value {
+    if (!info[0].IsString()) throw Error(code::kInvalidArgument, "netAttach: socket path must be a string");
+    live_machine().net_attach(info[0].As<Napi::String>().Utf8Value());
+    return info.Env().Undefined();
+  });
+}
+
 // vsockKnocks(port) -> knocks counted on that knock port (0: none, not a knock
 // port, no vsock device, or the machine released).
 Napi::Value MachineWrap::vsock_knocks(const Napi::CallbackInfo& info) {
@@ -780,6 +806,63 @@ Napi::Value MachineWrap::vsock_knocks(const Napi::CallbackInfo& info) {
       for (auto [p, n] : host->knocks())
         if (p == port) count = n;
     return Napi::Number::New(info.Env(), static_cast<double>(count));
+  });
+}
+
+// The fd returned is CLOEXEC; child_process maps it onto the child's fd 3
+// (dup2 clears the flag there).
+Napi::Value MachineWrap::net_attach_pair(const Napi::CallbackInfo& info) {
+  return guarded(info.Env(), [&]() -> Napi::Value {
+    return Napi::Number::New(info.Env(), live_machine().net_attach_pair());
+  });
+}
+
+// netAttachFd(fd): the machine takes the fd (one end of netSocketPair()).
+Napi::Value MachineWrap::net_attach_fd(const Napi::CallbackInfo& info) {
+  return guarded(info.Env(), [&]() -> Napi::Value {
+    int fd = static_cast<int>(js::to_uint(info[0], "fd", 0, 0x7fffffff));
+    live_machine().net_attach_fd(fd);
+    return info.Env().Undefined();
+  });
+}
+
+// netEgressPolicy({ egress, guestPorts: number[], allowIpv4: string[] })
+Napi::Value MachineWrap::net_egress_policy(const Napi::CallbackInfo& info) {
+  return guarded(info.Env(), [&]() -> Napi::Value {
+    if (!info[0].IsObject()) throw Error(code::kInvalidArgument, "netEgressPolicy: policy must be an object");
+    Napi::Object o = info[0].As<Napi::Object>();
+    EgressPolicy p;
+    p.egress = js::get_bool(o, "egress", true);
+    if (js::has(o, "guestPorts")) {
+      Napi::Value v = unwrap(o.Get("guestPorts"));
+      if (!v.IsArray()) throw Error(code::kInvalidArgument, "guestPorts must be an array");
+      Napi::Array a = v.As<Napi::Array>();
+      if (a.Length() > 1024) throw Error(code::kInvalidArgument, "at most 1024 guest ports");
+      for (uint32_t i = 0; i < a.Length(); i++)
+        p.guest_ports.push_back(static_cast<uint16_t>(js::to_uint(unwrap(a.Get(i)), "guest port", 1, 65535)));
+    }
+    if (js::has(o, "allowIpv4")) {
+      Napi::Value v = unwrap(o.Get("allowIpv4"));
+      if (!v.IsArray()) throw Error(code::kInvalidArgument, "allowIpv4 must be an array");
+      Napi::Array a = v.As<Napi::Array>();
+      if (a.Length() > 64) throw Error(code::kInvalidArgument, "at most 64 allowed addresses");
+      for (uint32_t i = 0; i < a.Length(); i++) {
+        Napi::Value e = unwrap(a.Get(i));
+        if (!e.IsString()) throw Error(code::kInvalidArgument, "allowIpv4 entries must be strings");
+        uint32_t addr;
+        if (inet_pton(AF_INET, e.As<Napi::String>().Utf8Value().c_str(), &addr) != 1)
+          throw Error(code::kInvalidArgument, "allowIpv4 entries must be dotted IPv4 addresses");
+        p.allowed_ipv4.push_back(addr);
+      }
+    }
+    live_machine().net_set_egress_policy(std::move(p));
+    return info.Env().Undefined();
+  });
+}
+
+Napi::Value MachineWrap::net_backend_error(const Napi::CallbackInfo& info) {
+  return guarded(info.Env(), [&]() -> Napi::Value {
+    return Napi::String::New(info.Env(), live_machine().net_backend_error());
   });
 }
 

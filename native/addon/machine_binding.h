@@ -80,6 +80,11 @@ class MachineWrap : public Napi::ObjectWrap<MachineWrap> {
   Napi::Value vsock_reset(const Napi::CallbackInfo& info);
   Napi::Value vsock_knocks(const Napi::CallbackInfo& info);
   Napi::Value set_vsock_knock_ports(const Napi::CallbackInfo& info);
+  Napi::Value net_attach(const Napi::CallbackInfo& info);
+  Napi::Value net_attach_pair(const Napi::CallbackInfo& info);
+  Napi::Value net_attach_fd(const Napi::CallbackInfo& info);
+  Napi::Value net_egress_policy(const Napi::CallbackInfo& info);
+  Napi::Value net_backend_error(const Napi::CallbackInfo& info);
   Napi::Value read_guest(const Napi::CallbackInfo& info);
   Napi::Value stats(const Napi::CallbackInfo& info);
   Napi::Value kernel_cmdline(const Napi::CallbackInfo& info);

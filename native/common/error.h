@@ -27,6 +27,7 @@ inline constexpr const char* kSnapshotInvalid = "SNAPSHOT_INVALID";          // 
 inline constexpr const char* kSnapshotIncompatible = "SNAPSHOT_INCOMPATIBLE";  // taken on another host kind or CPU
 inline constexpr const char* kVsockRefused = "VSOCK_REFUSED";
 inline constexpr const char* kTimeout = "TIMEOUT";
+inline constexpr const char* kNetBackend = "NET_BACKEND";  // the user-mode network stack failed or is missing
 inline constexpr const char* kInternal = "INTERNAL";
 }  // namespace code
 

@@ -14,7 +14,7 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 seconds=${1:-600}
 shift || true
-all=(vsock virtqueue snapshot_loader agent_frame overlay_map kernel_loader)
+all=(vsock net virtqueue snapshot_loader agent_frame overlay_map kernel_loader)
 targets=("${@:-${all[@]}}")
 bin=$(cd "$here/.." && pwd)/test/out/fuzz  # as the Makefile names it (make matches targets textually)
 work=${FUZZ_WORK:-$bin/work}

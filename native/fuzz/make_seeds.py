@@ -68,3 +68,51 @@ put('overlay_map', 'valid-map-ops', bytes([8, 1]) + struct.pack('<H', 2) + b'\x0
 put('overlay_map', 'valid-map-short-disk', bytes([0x40 | 5, 1]) + struct.pack('<H', 1) + b'\x1f' + ops((1, 0, 255, 0), (3, 0, 255, 0)))
 put('overlay_map', 'raw-map', bytes([3, 0]) + struct.pack('<H', 16) + b'TORPOVL1' + bytes(8) + ops((0, 1, 1, 0x22), (3, 0, 9, 0)))
 put('overlay_map', 'corrupt-valid', bytes([16, 3 | (5 << 2)]) + struct.pack('<H', 2) + b'\xff\x00' + ops((3, 0, 100, 0)))
+
+# --- net: [event_idx][records: op, then by op % 10 (net_fuzz.cc): tx/frame [len u16][bytes],
+# rx buffer [len u16], egress policy [port u16], save/restore [index][xor], stream [len u8][bytes]]
+GUEST_MAC, GW_MAC = bytes.fromhex('525400010203'), bytes.fromhex('9a55'+'9a55'+'9a55')
+GUEST_IP, GW_IP, OUTSIDE_IP = bytes([10, 0, 2, 15]), bytes([10, 0, 2, 2]), bytes([192, 0, 2, 1])
+def ip_sum(b):
+    s = sum(struct.unpack('!%dH' % (len(b) // 2), b + b'\0' * (len(b) % 2)))
+    while s >> 16:
+        s = (s & 0xffff) + (s >> 16)
+    return ~s & 0xffff
+def eth(dst, src, kind, payload):
+    return dst + src + struct.pack('!H', kind) + payload
+def arp(op, sha, spa, tha, tpa):
+    return struct.pack('!HHBBH', 1, 0x0800, 6, 4, op) + sha + spa + tha + tpa
+def tcp(src, dst, sport, dport, flags, seq=1000, ack=0):
+    seg = struct.pack('!HHIIBBHHH', sport, dport, seq, ack, 5 << 4, flags, 65535, 0, 0)
+    seg = seg[:16] + struct.pack('!H', ip_sum(src + dst + struct.pack('!BBH', 0, 6, len(seg)) + seg)) + seg[18:]
+    ip = struct.pack('!BBHHHBBH4s4s', 0x45, 0, 20 + len(seg), 0, 0x4000, 64, 6, 0, src, dst)
+    return ip[:10] + struct.pack('!H', ip_sum(ip)) + ip[12:] + seg
+SYN, ACK, FIN, PSH = 0x02, 0x10, 0x01, 0x08
+HDR = bytes(12)  # virtio_net_hdr_v1, no offloads
+def tx(frame, op=0):
+    return bytes([op]) + struct.pack('<H', len(HDR) + len(frame)) + HDR + frame
+def rx_buffer(n=1600):
+    return bytes([2]) + struct.pack('<H', n)
+def from_net(frame, op=3):
+    return bytes([op]) + struct.pack('<H', len(frame)) + frame
+arp_request = eth(b'\xff' * 6, GUEST_MAC, 0x0806, arp(1, GUEST_MAC, GUEST_IP, bytes(6), GW_IP))
+arp_reply = eth(GUEST_MAC, GW_MAC, 0x0806, arp(2, GW_MAC, GW_IP, GUEST_MAC, GUEST_IP))
+def guest_tcp(dst, dport, flags, **kw):
+    return eth(GW_MAC, GUEST_MAC, 0x0800, tcp(GUEST_IP, dst, 40000, dport, flags, **kw))
+def net_tcp(src, sport, flags, **kw):
+    return eth(GUEST_MAC, GW_MAC, 0x0800, tcp(src, GUEST_IP, sport, 40000, flags, **kw))
+os.makedirs(os.path.join(root, 'net'), exist_ok=True)
+put('net', 'arp', b'\x01' + tx(arp_request) + rx_buffer() + from_net(arp_reply, 3 | 0x10))
+put('net', 'tcp-flow', b'\x01' + rx_buffer() + rx_buffer() + tx(guest_tcp(OUTSIDE_IP, 80, SYN)) +
+    from_net(net_tcp(OUTSIDE_IP, 80, SYN | ACK, seq=5000, ack=1001)) +
+    tx(guest_tcp(OUTSIDE_IP, 80, ACK | PSH, seq=1001, ack=5001) + b'GET / HTTP/1.0\r\n\r\n', 0x10) +
+    tx(guest_tcp(OUTSIDE_IP, 80, FIN | ACK, seq=1019, ack=5001)))
+# A segment of a flow the backend never saw: the device answers with an RST on rx.
+put('net', 'tcp-unknown-flow-reset', b'\x01' + rx_buffer() + tx(guest_tcp(OUTSIDE_IP, 443, ACK | PSH, seq=7, ack=9) + b'x'))
+put('net', 'egress-off', b'\x00' + bytes([7 | 0x10]) + struct.pack('<H', 8080) + rx_buffer() +
+    tx(guest_tcp(OUTSIDE_IP, 80, SYN)) + tx(arp_request) +
+    from_net(net_tcp(GW_IP, 50000, SYN, seq=1)) +
+    tx(eth(GW_MAC, GUEST_MAC, 0x0800, tcp(GUEST_IP, GW_IP, 8080, 50000, SYN | ACK, seq=1, ack=2))))
+put('net', 'backpressure-save-reset', b'\x01' + bytes([5]) + tx(arp_request) + tx(arp_request, 0x20) +
+    bytes([5 | 0x40]) + bytes([8, 3, 0x40]) + bytes([6 | 0x10, 6]) + bytes([8 | 0x10]) + tx(arp_request))
+put('net', 'stream-frame', b'\x00' + bytes([9, 4 + len(arp_reply)]) + struct.pack('!I', len(arp_reply)) + arp_reply)

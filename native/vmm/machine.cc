@@ -17,6 +17,7 @@
 
 #include "common/error.h"
 #include "devices/i8042/i8042.h"
+#include "devices/virtio/net/net_mmio.h"
 #include "devices/serial/serial_8250.h"
 #include "snapshot/disk_layers.h"
 #include "vmm/machine_snapshot.h"
@@ -52,7 +53,7 @@ void validate(const MachineConfig& cfg, int max_vcpus) {
   if (cfg.memory_mib < kMinMemoryMiB || cfg.memory_mib > kMaxMemoryMiB)
     throw Error(code::kInvalidArgument, "memoryMiB must be " + std::to_string(kMinMemoryMiB) + ".." +
                                             std::to_string(kMaxMemoryMiB));
-  size_t devices = cfg.disks.size() + (cfg.vsock_cid ? 1 : 0) + (cfg.rng ? 1 : 0);
+  size_t devices = cfg.disks.size() + (cfg.vsock_cid ? 1 : 0) + (cfg.rng ? 1 : 0) + (cfg.net ? 1 : 0);
   if (devices > x86::kMaxVirtioDevices)
     throw Error(code::kInvalidArgument, "at most " + std::to_string(x86::kMaxVirtioDevices) + " virtio devices");
   // 0, 1 and 2 are the hypervisor, local and host CIDs; 0xffffffff is
@@ -196,7 +197,7 @@ Machine::Machine(const MachineConfig& cfg, Callbacks callbacks, RestorePlan* pla
   });
   if (!pio_bus_.insert(I8042::kBase, I8042::kRangeLen, i8042_.get())) throw Error(code::kInternal, "i8042 range refused");
 
-  // virtio-mmio devices, in the platform order: disks, vsock, rng.
+  // virtio-mmio devices, in the platform order: disks, vsock, rng, net.
   auto next_irq = [&]() {
     uint32_t gsi = x86::kVirtioFirstGsi + static_cast<uint32_t>(virtio_.size());
     return std::make_unique<KvmIrqLine>(*vm_, gsi, have_irqfd);
@@ -223,6 +224,12 @@ Machine::Machine(const MachineConfig& cfg, Callbacks callbacks, RestorePlan* pla
   if (cfg.rng) {
     auto irq = next_irq();
     auto dev = make_virtio_rng(ram_->memory(), *irq, *loop_);
+    add_virtio(std::move(dev), std::move(irq));
+  }
+  if (cfg.net) {
+    auto irq = next_irq();
+    auto dev = make_virtio_net(ram_->memory(), *irq, *loop_, *cfg.net);
+    net_dev_ = dev.get();
     add_virtio(std::move(dev), std::move(irq));
   }
   if (have_ioeventfd) {
@@ -295,6 +302,41 @@ Machine::Machine(const MachineConfig& cfg, Callbacks callbacks, RestorePlan* pla
 Machine::~Machine() {
   stop();
   if (merge_ && merge_->thread.joinable()) merge_->thread.join();
+}
+
+void Machine::net_attach(const std::string& socket_path) {
+  if (released()) throw Error(code::kInvalidState, "the machine was stopped and its network device released");
+  NetMmioDevice* net = net_dev_ ? virtio_net_of(*net_dev_) : nullptr;
+  if (!net) throw Error(code::kInvalidState, "this machine has no network device (set net)");
+  net->connect_stream(socket_path);
+}
+
+int Machine::net_attach_pair() {
+  if (released()) throw Error(code::kInvalidState, "the machine was stopped and its network device released");
+  NetMmioDevice* net = net_dev_ ? virtio_net_of(*net_dev_) : nullptr;
+  if (!net) throw Error(code::kInvalidState, "this machine has no network device (set net)");
+  return net->attach_pair().release();
+}
+
+void Machine::net_set_egress_policy(EgressPolicy policy) {
+  if (released()) throw Error(code::kInvalidState, "the machine was stopped and its network device released");
+  NetMmioDevice* net = net_dev_ ? virtio_net_of(*net_dev_) : nullptr;
+  if (!net) throw Error(code::kInvalidState, "this machine has no network device (set net)");
+  net->set_egress_policy(std::move(policy));
+}
+
+void Machine::net_attach_fd(int fd) {
+  Fd owned(fd);
+  if (released()) throw Error(code::kInvalidState, "the machine was stopped and its network device released");
+  NetMmioDevice* net = net_dev_ ? virtio_net_of(*net_dev_) : nullptr;
+  if (!net) throw Error(code::kInvalidState, "this machine has no network device (set net)");
+  net->attach_stream(std::move(owned));
+}
+
+std::string Machine::net_backend_error() {
+  if (released() || !net_dev_) return "";
+  NetMmioDevice* net = virtio_net_of(*net_dev_);
+  return net ? net->backend_error() : "";
 }
 
 void Machine::add_virtio(std::unique_ptr<VirtioMmioDevice> dev, std::unique_ptr<KvmIrqLine> irq) {
@@ -416,6 +458,7 @@ ExitReason Machine::release(bool defer_kvm) {
   final_stats_ = collect_stats();
   released_.store(true);
   vsock_host_ = nullptr;
+  net_dev_ = nullptr;
   for (auto& v : virtio_) mmio_bus_.remove(v.base);
   pio_bus_.remove(x86::kSerialPort);
   pio_bus_.remove(I8042::kBase);

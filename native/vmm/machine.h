@@ -28,6 +28,7 @@
 
 #include "common/error.h"
 #include "devices/bus.h"
+#include "devices/virtio/net/egress_policy.h"
 #include "devices/virtio/virtio_mmio.h"
 #include "vmm/console.h"
 #include "base/event_loop.h"
@@ -55,6 +56,9 @@ struct MachineConfig {
   // snapshot's spec: the guest knocks once, at boot (docs/protocol.md).
   std::vector<uint32_t> vsock_knock_ports;
   bool rng = false;
+  // virtio-net (the last virtio device). A snapshot keeps the MAC; the
+  // backend socket is per run (a restored machine gets net_attach()).
+  std::optional<NetOptions> net;
   std::string console_log;
   size_t console_ring_bytes = 64 * 1024;
   std::string kvm_device = "/dev/kvm";
@@ -185,6 +189,21 @@ class Machine final : private VcpuHost {
   // The accessors below throw INVALID_STATE once the machine is released.
   GuestMemory& memory() { return require(ram_, "guest memory")->memory(); }
   VsockHost* vsock() { return released() ? nullptr : vsock_host_; }
+  // Connects the network device to a new backend (passt's Unix socket),
+  // replacing the old one. INVALID_STATE without a network device or once
+  // released; NET_BACKEND when the socket cannot be connected. Not on the
+  // I/O thread.
+  void net_attach(const std::string& socket_path);
+  // The same over a new socketpair: returns the other end, which the caller
+  // owns and hands to the backend process (passt --fd).
+  int net_attach_pair();
+  // Attaches the device to `fd` (a connected stream socket; ownership passes
+  // here, closed on failure too).
+  void net_attach_fd(int fd);
+  // What the guest may send (egress off: see devices/virtio/net/egress_policy.h).
+  void net_set_egress_policy(EgressPolicy policy);
+  // Why the network backend died ("" while it lives or with no device).
+  std::string net_backend_error();
   HostKind host_kind() const { return host_kind_; }
 
   // For the snapshot code (native/snapshot): valid for the machine's life.
@@ -198,7 +217,7 @@ class Machine final : private VcpuHost {
   }
   EventLoop& event_loop() { return *require(loop_, "I/O loop"); }
   // Every device in platform order: serial, i8042, then the virtio devices
-  // (disks, vsock, rng), each paired with its bus base address.
+  // (disks, vsock, rng, net), each paired with its bus base address.
   std::vector<std::pair<uint64_t, BusDevice*>> devices();
 
  private:
@@ -248,6 +267,7 @@ class Machine final : private VcpuHost {
   };
   std::vector<VirtioSlot> virtio_;
   VsockHost* vsock_host_ = nullptr;
+  VirtioMmioDevice* net_dev_ = nullptr;  // in virtio_, when configured
   std::vector<std::unique_ptr<Vcpu>> vcpus_;
   std::string cmdline_;
 

@@ -1,10 +1,13 @@
 #include "vmm/machine_spec.h"
 
+#include "devices/virtio/net/net_device.h"
+
 namespace torpor {
 
 namespace {
 constexpr const char* kTag = "machine-spec";
-constexpr uint32_t kVersion = 1;
+// 2: the network device (its MAC).
+constexpr uint32_t kVersion = 2;
 constexpr size_t kMaxPath = 4096;
 constexpr size_t kMaxCmdline = 64 * 1024;
 constexpr uint32_t kMaxDevices = 64;
@@ -33,6 +36,8 @@ void write_machine_spec(StateWriter& out, const MachineSpec& spec) {
   out.u64(c.vsock_cid.value_or(0));
   out.boolean(c.rng);
   out.u64(c.console_ring_bytes);
+  out.boolean(c.net.has_value());
+  out.str(c.net ? c.net->mac : std::string());
   out.u32(static_cast<uint32_t>(spec.devices.size()));
   for (const auto& [name, base] : spec.devices) {
     out.str(name);
@@ -41,7 +46,7 @@ void write_machine_spec(StateWriter& out, const MachineSpec& spec) {
 }
 
 MachineSpec read_machine_spec(StateReader& in) {
-  in.expect_header(kTag, kVersion, kVersion);
+  uint32_t version = in.expect_header(kTag, 1, kVersion);
   MachineSpec s;
   MachineConfig& c = s.config;
   s.host_kind = in.str(16);
@@ -74,6 +79,15 @@ MachineSpec read_machine_spec(StateReader& in) {
   c.rng = in.boolean();
   c.console_ring_bytes = in.u64();
   if (c.console_ring_bytes == 0 || c.console_ring_bytes > (64u << 20)) StateReader::fail("machine spec: bad console ring");
+  if (version >= 2) {
+    bool net = in.boolean();
+    std::string mac = in.str(17);
+    if (net) {
+      MacAddress parsed;
+      if (!parse_mac(mac, &parsed)) StateReader::fail("machine spec: bad network MAC");
+      c.net = NetOptions{mac, ""};  // the backend is attached per run
+    }
+  }
   uint32_t n = in.u32();
   if (n > kMaxDevices) StateReader::fail("machine spec: too many devices");
   for (uint32_t i = 0; i < n; i++) {

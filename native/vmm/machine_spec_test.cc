@@ -24,9 +24,27 @@ MachineSpec sample() {
   s.config.disks.push_back(d);
   s.config.vsock_cid = 42;
   s.config.rng = true;
+  s.config.net = NetOptions{"52:54:00:01:02:03", "/run/passt.sock"};
   s.config.console_ring_bytes = 4096;
   s.devices = {{"serial-8250", 0x3f8}, {"i8042", 0x60}, {"virtio-mmio-blk", 0xd0000000}};
   return s;
+}
+
+// Whether reading `bytes` back is refused with SNAPSHOT_INVALID.
+bool refused_as_invalid(const uint8_t* bytes, size_t n) {
+  StateReader r(bytes, n);
+  try {
+    read_machine_spec(r);
+  } catch (const Error& e) {
+    return std::string(e.code()) == code::kSnapshotInvalid;
+  }
+  return false;
+}
+
+bool spec_refused(const MachineSpec& spec) {
+  StateWriter w;
+  write_machine_spec(w, spec);
+  return refused_as_invalid(w.data().data(), w.data().size());
 }
 
 }  // namespace
@@ -48,6 +66,9 @@ TEST("machine spec: round trip keeps every field") {
   CHECK(s.config.vsock_cid.has_value());
   CHECK_EQ(*s.config.vsock_cid, uint64_t{42});
   CHECK(s.config.rng);
+  CHECK(s.config.net.has_value());
+  CHECK_STR_EQ(s.config.net->mac, "52:54:00:01:02:03");
+  CHECK_STR_EQ(s.config.net->backend_socket, "");  // per run: never in a snapshot
   CHECK_EQ(s.devices.size(), size_t{3});
   CHECK_EQ(s.devices[2].second, uint64_t{0xd0000000});
 }
@@ -56,26 +77,14 @@ TEST("machine spec: every truncation and bad counts are refused") {
   StateWriter w;
   write_machine_spec(w, sample());
   const auto& bytes = w.data();
-  for (size_t n = 0; n < bytes.size(); n++) {
-    StateReader r(bytes.data(), n);
-    bool refused = false;
-    try {
-      read_machine_spec(r);
-    } catch (const Error& e) {
-      refused = std::string(e.code()) == code::kSnapshotInvalid;
-    }
-    CHECK(refused);
-  }
+  for (size_t n = 0; n < bytes.size(); n++) CHECK(refused_as_invalid(bytes.data(), n));
   MachineSpec bad = sample();
   bad.config.vcpus = 0;
-  StateWriter w2;
-  write_machine_spec(w2, bad);
-  StateReader r2(w2.data());
-  bool refused = false;
-  try {
-    read_machine_spec(r2);
-  } catch (const Error& e) {
-    refused = std::string(e.code()) == code::kSnapshotInvalid;
-  }
-  CHECK(refused);
+  CHECK(spec_refused(bad));
+}
+
+TEST("machine spec: a bad network MAC is refused") {
+  MachineSpec bad = sample();
+  bad.config.net->mac = "01:00:5e:00:00:01";  // multicast
+  CHECK(spec_refused(bad));
 }

@@ -105,6 +105,8 @@ void add_device_rules(std::vector<SyscallRule>& rules) {
   rules.push_back(any(SYS_lseek));
   // vsock: the host ends of connections, each an AF_UNIX socketpair (made
   // by the device when the guest answers a connect), and its timer.
+  // virtio-net: the stream backend's recv/send on its end of the socketpair
+  // to passt (made on the JS thread, which also spawns passt).
   rules.push_back(one_of(SYS_socketpair, 0, {AF_UNIX}));
   rules.push_back(any(SYS_recvfrom));
   rules.push_back(any(SYS_sendto));

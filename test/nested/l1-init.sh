@@ -56,6 +56,17 @@ t0=$(cut -d' ' -f1 /proc/uptime)
 (cd /run/home-src && xargs -d '\n' -a /run/nested/home-paths cp -a --parents -t "$TORPOR_HOME") || finish setup
 echo "nested: TORPOR_HOME copied into tmpfs ($(du -sm "$TORPOR_HOME" | cut -f1) MiB, from ${t0} s to $(cut -d' ' -f1 /proc/uptime) s)"
 
+# Loopback for the tests' own servers, and an interface for the sandboxes' network backend
+# (passt takes the addresses and default route of an interface as its template): one end
+# of a veth pair whose other end goes nowhere, so nothing leaves L1.
+ip link set lo up
+if ip link add eth0 type veth peer name eth0-peer 2> /dev/null; then
+  ip link set eth0-peer up && ip addr add 192.0.2.2/24 dev eth0 && ip link set eth0 up &&
+    ip route add default via 192.0.2.1 || echo "nested: could not set up eth0 for the sandbox network"
+else
+  echo "nested: no veth in this L1 kernel: sandboxes get no network backend"
+fi
+
 cd "$checkout" || finish setup
 if [ ! -c /dev/kvm ]; then
   echo "nested: no /dev/kvm in L1; its kernel log about KVM and SVM:"

@@ -12,10 +12,13 @@ export const KVM_FILES = [
   'agent-testvm',
   'api-e2b-linux',
   'exit-stages',
+  'net-linux',
+  'net-testvm',
   'probe',
   'sandbox-create',
   'sandbox-linux',
   'sandbox-linux-pause',
+  'sandbox-net-pause',
   'sandbox-pause',
   'sandbox-testvm',
   'vmm-boot',
@@ -36,6 +39,7 @@ export const LINUX_FILES: Record<string, number> = {
   'sandbox-linux': 2,
   'sandbox-linux-pause': 4,
   'api-e2b-linux': 1,
+  'net-linux': 3,
 };
 
 const ANSI = /\x1b\[[0-9;]*m/g;

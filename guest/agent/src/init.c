@@ -1,4 +1,5 @@
 #include "init.h"
+#include "netcfg.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -109,6 +110,7 @@ void init_system(const struct agent_options *o) {
     log_error("sethostname: %s", strerror(errno));
   if (o->is_pid1) {
     umask(022);
+    netcfg_apply_from_cmdline();
     /* Every connection, stream and process costs descriptors: take what the kernel allows. */
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {

@@ -10,6 +10,7 @@
 #include "serial.h"
 #include "smp.h"
 #include "status.h"
+#include "virtio_net.h"
 #include "virtio_rng.h"
 #include "vsock.h"
 #include "wait.h"
@@ -324,6 +325,22 @@ static void cmd_rng(int argc, char **argv) {
   kv_end();
 }
 
+/* net-arp: ARP for the gateway 10.0.2.2 as 10.0.2.15 (lib/net's addresses). */
+static void cmd_net_arp(int argc, char **argv) {
+  (void)argc, (void)argv;
+  if (!devices.net) return result_error("net-arp", "no-device");
+  uint8_t mac[6], reply[6];
+  virtio_net_mac(devices.net, mac);
+  uint32_t me = 10u | 0u << 8 | 2u << 16 | 15u << 24, gw = 10u | 0u << 8 | 2u << 16 | 2u << 24;
+  const char *err = virtio_net_arp(devices.net, me, gw, 3000, reply);
+  if (err) return result_error("net-arp", err);
+  kv_str("net-arp", "ok");
+  kv_hexbytes("mac", mac, 6);
+  kv_u64("link", (uint64_t)virtio_net_link_up(devices.net));
+  kv_hexbytes("gateway", reply, 6);
+  kv_end();
+}
+
 static void cmd_irq(int argc, char **argv) {
   (void)argc, (void)argv;
   kv_str("irq", "ok");
@@ -465,6 +482,7 @@ static const struct command commands[] = {
     {"blk-bench", cmd_blk_bench, "<requests> [read|write] [dev]"},
     {"blk-id", cmd_blk_id, "[dev]"},
     {"rng", cmd_rng, "[bytes]"},
+    {"net-arp", cmd_net_arp, ""},
     {"irq", cmd_irq, ""},
     {"timer", cmd_timer, "[us]"},
     {"vsock", cmd_vsock, ""},

@@ -2,6 +2,7 @@
 
 #include "config.h"
 #include "serial.h"
+#include "virtio_net.h"
 #include "virtio_rng.h"
 #include "vsock.h"
 
@@ -12,6 +13,7 @@ static const char *type_name(uint32_t id) {
     case VIRTIO_ID_BLOCK: return "blk";
     case VIRTIO_ID_RNG: return "rng";
     case VIRTIO_ID_VSOCK: return "vsock";
+    case VIRTIO_ID_NET: return "net";
     default: return "other";
   }
 }
@@ -31,6 +33,10 @@ static void init_one(uint32_t slot, uint32_t base, uint32_t size, uint32_t gsi) 
     case VIRTIO_ID_RNG:
       err = virtio_rng_init(d, config.polled);
       if (!err && !devices.rng) devices.rng = d;
+      break;
+    case VIRTIO_ID_NET:
+      err = virtio_net_init(d, config.polled);
+      if (!err && !devices.net) devices.net = d;
       break;
     case VIRTIO_ID_VSOCK:
       err = vsock_init(d, config.polled);

@@ -14,6 +14,7 @@ struct devices {
   struct virtio_blk blk[8];
   struct virtio_dev *rng;
   struct virtio_dev *vsock;
+  struct virtio_dev *net;
 };
 
 extern struct devices devices;

@@ -60,6 +60,11 @@ struct VsockOptions {
   uint64_t guest_cid = 3;
 };
 
+struct NetOptions {
+  std::string mac;             // "52:54:00:xx:xx:xx"
+  std::string backend_socket;  // passt's Unix socket; empty: no backend yet (link down)
+};
+
 // Counters of the vsock device (VsockHost::stats).
 struct VsockStats {
   uint64_t tx_packets = 0;     // packets taken from the tx queue
@@ -112,5 +117,9 @@ std::unique_ptr<VirtioMmioDevice> make_virtio_rng(GuestMemory& mem, IrqLine& irq
 // The returned VsockHost lives as long as the device.
 std::unique_ptr<VirtioMmioDevice> make_virtio_vsock(GuestMemory& mem, IrqLine& irq, EventLoop& loop,
                                                     const VsockOptions& opts, VsockHost** host);
+// virtio-net (devices/virtio/net/): throws INVALID_ARGUMENT on a bad MAC,
+// NET_BACKEND when the backend socket cannot be connected.
+std::unique_ptr<VirtioMmioDevice> make_virtio_net(GuestMemory& mem, IrqLine& irq, EventLoop& loop,
+                                                  const NetOptions& opts);
 
 }  // namespace torpor
