@@ -62,8 +62,9 @@ async function demoHere(): Promise<void> {
   // A job in the background, the sandbox paused, a new Node process continuing it.
   await sbx.files.write('/tmp/job.py', 'import time\nn = 0\nwhile True:\n    with open("/tmp/job.log", "a") as f:\n        f.write(f"{n}\\n")\n    n += 1\n    time.sleep(0.05)\n');
   await sbx.commands.run('python3 /tmp/job.py', { background: true });
-  await new Promise((r) => setTimeout(r, 1000));
-  console.log(`[${where}] background job: tail -1 /tmp/job.log -> ${(await sbx.commands.run('tail -1 /tmp/job.log')).stdout.trim()}`);
+  // Its first line, however long python3 takes to start (seconds when emulated): waited for in the guest, up to 2 minutes.
+  const first = await sbx.commands.run('for i in $(seq 1200); do [ -s /tmp/job.log ] && break; sleep 0.1; done; sleep 1; tail -1 /tmp/job.log', { timeoutMs: 150_000 });
+  console.log(`[${where}] background job: tail -1 /tmp/job.log -> ${first.stdout.trim()}`);
   const continued = await pauseAndContinue(sbx, 'linux', where);
   if (!continued || py.exitCode !== 0 || text !== 'hello from torpor\n') process.exitCode = 1;
 }
