@@ -174,6 +174,13 @@ TEST("x86 kernel: bzImage checks protocol version and XLF_KERNEL_64") {
   auto huge = bz_image();
   put<uint32_t>(huge, 0x260, 0xfffffff0);
   CHECK_THROWS_CODE(load_kernel_image(ram.mem, huge, 32 << 20), "BOOT_FAILED");
+  // A kernel shorter than its 64-bit entry offset, placed at the top of RAM:
+  // the entry would lie beyond RAM (a fuzz finding).
+  auto short_kernel = bz_image();
+  short_kernel.resize(1024 + 0x100);
+  put<uint32_t>(short_kernel, 0x260, 0x100);
+  put<uint64_t>(short_kernel, 0x258, (32 << 20) - 0x100);
+  CHECK_THROWS_CODE(load_kernel_image(ram.mem, short_kernel, 32 << 20), "BOOT_FAILED");
 }
 
 TEST("x86 kernel: corrupted images are refused or loaded, never read out of bounds") {

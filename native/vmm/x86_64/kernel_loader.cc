@@ -19,6 +19,7 @@ constexpr uint16_t kXlfKernel64 = 1 << 0;
 constexpr uint32_t kHdrSMagic = 0x53726448;  // "HdrS"
 constexpr uint64_t kMaxNoteBytes = 64 * 1024;  // a kernel's notes take a few hundred bytes
 constexpr uint64_t kHugePage = 2 << 20;
+constexpr uint64_t kBzImageEntry64 = 0x200;  // boot protocol: startup_64 at the load address + 0x200
 
 [[noreturn]] void bad(const std::string& why) { throw Error(code::kBootFailed, "kernel: " + why); }
 
@@ -146,6 +147,10 @@ LoadedKernel load_bzimage(Placer& placer) {
   uint64_t kernel_off = (uint64_t{setup_sects} + 1) * 512;
   if (kernel_off >= img.size()) bad("bzImage has no protected-mode kernel");
   uint64_t kernel_size = img.size() - kernel_off;
+  // The 64-bit entry (startup_64) lies 0x200 into the protected-mode kernel:
+  // a shorter kernel would put the entry point past what was loaded, even
+  // past the end of RAM (found by the kernel_loader fuzz target).
+  if (kernel_size <= kBzImageEntry64) bad("bzImage kernel of " + std::to_string(kernel_size) + " bytes has no 64-bit entry");
   // The setup header runs from 0x1f1 to 0x202 + the byte at 0x201.
   uint64_t hdr_end = 0x202 + uint64_t{get<uint8_t>(img, 0x201)};
   if (!img.contains(0x1f1, hdr_end - 0x1f1)) bad("bzImage setup header truncated");
@@ -160,7 +165,7 @@ LoadedKernel load_bzimage(Placer& placer) {
   placer.place(load, kernel_off, kernel_size, kernel_size);
   k.end = load + span;
   k.mode = EntryMode::Linux64;
-  k.entry = load + 0x200;
+  k.entry = load + kBzImageEntry64;
   k.is_bzimage = true;
   k.setup_header.resize(hdr_end - 0x1f1);
   img.read(0x1f1, k.setup_header.data(), k.setup_header.size());
