@@ -116,8 +116,20 @@ linuxTest('open connections end on pause and see a reset after connect; new ones
     // New connections work at once: egress from the guest, and the forwarded port from the host.
     const r = await sbx.commands.run(['curl', '-sS', '--max-time', '20', `http://${hostAddress()}:${webPort}/`]);
     assert.is(r.stdout, body);
-    const listing = await fetch(`http://${sbx.getHost(8080)}/`).then((res) => res.text());
-    assert.match(listing, /holder\.py/);
+    // Each try bounded; a failed one is reported with its cause (undici's "fetch failed" alone
+    // says nothing), and the test says how many tries it took.
+    const failures: string[] = [];
+    let listing = '';
+    for (let i = 0; i < 3 && !listing; i++) {
+      listing = await fetch(`http://${sbx.getHost(8080)}/`, { signal: AbortSignal.timeout(20_000) })
+        .then((res) => res.text())
+        .catch((err: Error) => {
+          failures.push(`${err.message} (${String((err.cause as Error | undefined)?.message ?? err.cause)})`);
+          return '';
+        });
+    }
+    if (failures.length) console.log(`  net-linux-pause: the forwarded port answered after ${failures.length} failed tries: ${failures.join('; ')}`);
+    assert.match(listing, /holder\.py/, `the forwarded port after connect: ${failures.join('; ')}`);
   } finally {
     await sbx?.kill().catch(() => undefined);
     holder.close();

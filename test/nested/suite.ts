@@ -13,6 +13,7 @@ export const KVM_FILES = [
   'api-e2b-linux',
   'exit-stages',
   'net-linux',
+  'net-linux-bulk',
   'net-testvm',
   'probe',
   'sandbox-create',
@@ -40,6 +41,7 @@ export const LINUX_FILES: Record<string, number> = {
   'sandbox-linux-pause': 4,
   'api-e2b-linux': 1,
   'net-linux': 3,
+  'net-linux-bulk': 1,
 };
 
 const ANSI = /\x1b\[[0-9;]*m/g;
