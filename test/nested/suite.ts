@@ -14,6 +14,7 @@ export const KVM_FILES = [
   'exit-stages',
   'net-linux',
   'net-linux-bulk',
+  'net-linux-pause',
   'net-testvm',
   'probe',
   'sandbox-create',
@@ -42,6 +43,7 @@ export const LINUX_FILES: Record<string, number> = {
   'api-e2b-linux': 1,
   'net-linux': 3,
   'net-linux-bulk': 1,
+  'net-linux-pause': 1,
 };
 
 const ANSI = /\x1b\[[0-9;]*m/g;
