@@ -13,6 +13,8 @@ export const KVM_FILES = [
   'api-e2b-linux',
   'exit-stages',
   'net-linux',
+  'net-linux-bulk',
+  'net-linux-pause',
   'net-testvm',
   'probe',
   'sandbox-create',
@@ -41,6 +43,8 @@ export const LINUX_FILES: Record<string, number> = {
   'sandbox-linux-pause': 4,
   'api-e2b-linux': 1,
   'net-linux': 3,
+  'net-linux-bulk': 1,
+  'net-linux-pause': 1,
 };
 
 const ANSI = /\x1b\[[0-9;]*m/g;

@@ -125,9 +125,25 @@ bool StreamBackend::read_some() {
   return true;
 }
 
+// One send per frame (its length and bytes together), never several frames in one: passt
+// (Debian's 2023 build) reads the stream expecting every read to end on a frame boundary, or
+// at most one frame short, which it then completes with a single blocking read; a read that
+// ends inside a length prefix, or a remainder that arrives in two pieces, loses its place in
+// the stream for good (it parses frame bytes as lengths from then on: the bulk-transfer hang
+// of docs/network.md). The kernel queues a send of one frame as one unit, whole or not at all
+// when the socket is full, so the peer never sees part of a frame; one send of many frames is
+// cut into pieces at arbitrary bytes. Only a frame larger than one socket buffer unit (about
+// 32 KiB, never with a 1500-byte MTU) can still arrive in pieces; it is finished before any
+// other frame is sent.
 bool StreamBackend::flush_out() {
   while (out_off_ < out_.size()) {
-    ssize_t n = ::send(fd_.get(), out_.data() + out_off_, out_.size() - out_off_, MSG_DONTWAIT | MSG_NOSIGNAL);
+    size_t len = out_frame_left_;
+    if (len == 0) {
+      // out_ holds whole records from out_off_ on: read the next one's length.
+      const uint8_t* at = out_.data() + out_off_;
+      len = net_stream::kLengthBytes + ((size_t{at[0]} << 24) | (size_t{at[1]} << 16) | (size_t{at[2]} << 8) | size_t{at[3]});
+    }
+    ssize_t n = ::send(fd_.get(), out_.data() + out_off_, len, MSG_DONTWAIT | MSG_NOSIGNAL);
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) break;
@@ -135,6 +151,7 @@ bool StreamBackend::flush_out() {
       return false;
     }
     out_off_ += static_cast<size_t>(n);
+    out_frame_left_ = len - static_cast<size_t>(n);
   }
   if (out_off_ == out_.size()) {
     out_.clear();
@@ -164,6 +181,7 @@ void StreamBackend::die(const std::string& why) {
   error_ = why;
   out_.clear();
   out_off_ = 0;
+  out_frame_left_ = 0;
   in_off_ = in_len_ = 0;
   if (attached_) {
     attached_ = false;

@@ -6,6 +6,9 @@
 // until the socket drains; received bytes are read only while the device
 // takes frames, at most one read buffer (kReadBuffer) at a time.
 //
+// Each frame goes to the socket in its own send (flush_out): the peer's reads
+// then always end on a frame boundary, which passt's reader needs.
+//
 // A peer that hangs up, errs, or sends a length the protocol forbids is
 // dead: the backend detaches itself from the device (the guest sees the link
 // go down) and records why (error()); the machine's owner learns of the
@@ -84,6 +87,7 @@ class StreamBackend final : public NetBackend {
   size_t in_off_ = 0, in_len_ = 0;  // unparsed bytes: in_[in_off_, in_len_)
   std::vector<uint8_t> out_;
   size_t out_off_ = 0;              // unsent bytes: out_[out_off_, end)
+  size_t out_frame_left_ = 0;       // >0: out_off_ is inside a frame, this many bytes of it unsent
   StreamBackendStats stats_;
 };
 

@@ -208,6 +208,46 @@ TEST("net stream: a peer that stops reading stalls tx at a bounded buffer, then 
   }));
 }
 
+// passt reads the stream in large non-blocking reads and loses its place when one ends inside
+// a frame (stream_backend.cc, flush_out): however the backlog drains, every read the peer makes
+// must end on a frame boundary.
+TEST("net stream: a peer's reads always end on a frame boundary, also while a backlog drains") {
+  Rig r;
+  int small = 32 * 1024;  // a small socket buffer: the backlog outgrows it many times over
+  CHECK(::setsockopt(r.peer, SOL_SOCKET, SO_RCVBUF, &small, sizeof small) == 0);
+  constexpr int kFrames = 400;
+  std::thread guest([&] {
+    for (int i = 0; i < kFrames; i++) {
+      // Never more chains in flight than the 64-entry ring holds.
+      eventually([&] {
+        std::lock_guard<std::mutex> lock(r.dev->transport().lock());
+        return static_cast<uint16_t>(i - r.txq.used_idx()) < 48;
+      }, 20000);
+      r.transmit(frame_of(1514, static_cast<uint8_t>(i)));
+    }
+  });
+  std::vector<uint8_t> got;
+  size_t reads = 0, torn = 0;
+  std::vector<uint8_t> buf(1 << 20);
+  auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (got.size() < size_t{kFrames} * (4 + 1514) && std::chrono::steady_clock::now() < end) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    ssize_t n = ::recv(r.peer, buf.data(), buf.size(), MSG_DONTWAIT);
+    if (n <= 0) continue;
+    reads++;
+    got.insert(got.end(), buf.begin(), buf.begin() + n);
+    if (got.size() % (4 + 1514) != 0) torn++;
+  }
+  guest.join();
+  CHECK(reads > 1);
+  CHECK_EQ(torn, size_t{0});
+  CHECK_EQ(got.size(), size_t{kFrames} * (4 + 1514));
+  for (int i = 0; i < kFrames; i++) {
+    auto want = framed(frame_of(1514, static_cast<uint8_t>(i)));
+    CHECK(std::memcmp(got.data() + size_t(i) * want.size(), want.data(), want.size()) == 0);
+  }
+}
+
 TEST("net stream: a peer that closes or sends a bad length takes the link down, with a reason") {
   {
     Rig r;
