@@ -85,7 +85,7 @@ export async function resume(dir: SandboxDir, before: SandboxMeta, lock: OwnerLo
   let network: SandboxNetwork | undefined;
   let resumedFrom: ResumedFrom = 'memory';
   let resumeReason: string | undefined;
-  let diskLayers = (await dir.diskLayersAt(before, generation)).map((p) => relative(dir.path, p));
+  let diskLayers = (await dir.diskLayersAt(before, generation)).map((p) => dir.metaPathOf(p));
   try {
     if (generation === 0) resumeReason = 'no generation: the sandbox was never paused';
     else if (opts.onResume === 'reboot') resumeReason = "onResume: 'reboot'";
@@ -125,7 +125,7 @@ export async function resume(dir: SandboxDir, before: SandboxMeta, lock: OwnerLo
           cmdline: before.cmdline,
           vcpus: before.vcpus,
           memoryMiB: before.memoryMiB,
-          disks: [{ base: before.rootfs, frozen: diskLayers.map((p) => join(dir.path, p)), overlay: top }],
+          disks: [{ base: before.rootfs, frozen: diskLayers.map((p) => (p.startsWith('/') ? p : join(dir.path, p))), overlay: top }],
           vsockCid: GUEST_CID,
           vsockKnockPorts: [AGENT_KNOCK_PORT],
           consoleLog: dir.consoleLog,
