@@ -53,13 +53,14 @@ linuxTest('create from the template: python3 runs, two sandboxes diverge, echo h
     assert.is(templateBuilds().length, 1, 'the second create used the same build');
 
     // Diverge: a file written in a is not in b; the kernels' RNGs differ (RESUMED's entropy).
-    await a.files.write('/root/only-in-a', 'a');
-    assert.is((await b.commands.run('test -e /root/only-in-a && echo yes || echo no')).stdout, 'no\n');
+    await a.files.write('/tmp/only-in-a', 'a');
+    assert.is((await a.commands.run('cat /tmp/only-in-a')).stdout, 'a');
+    assert.is((await b.commands.run('test -e /tmp/only-in-a && echo yes || echo no')).stdout, 'no\n');
     const rand = async (s: Sandbox) => (await s.commands.run('head -c 16 /dev/urandom | od -An -tx1')).stdout;
     assert.is.not(await rand(a), await rand(b));
 
     // echo hi > f, then pause: a diff over the template's memory, the sandbox's disk layer.
-    await b.commands.run('echo hi > /root/f');
+    await b.commands.run('echo hi > f');
     const id = b.sandboxId;
     const r = await b.pause();
     const info = await Sandbox.getInfo(id);
@@ -74,7 +75,7 @@ linuxTest('create from the template: python3 runs, two sandboxes diverge, echo h
     b = again;
     const ib = await again.getInfo();
     assert.is(ib.resumedFrom, 'memory', `resumed from ${ib.resumedFrom}: ${ib.resumeReason}`);
-    assert.is((await again.commands.run('cat /root/f')).stdout, 'hi\n');
+    assert.is((await again.commands.run('cat f')).stdout, 'hi\n');
   } finally {
     await b?.kill().catch(() => undefined);
     await a.kill().catch(() => undefined);

@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "common/error.h"
 #include "test/check.h"
 
 using namespace torpor;
