@@ -35,7 +35,7 @@ export interface Running {
   machine: Machine;
   client: AgentClient;
   lock: OwnerLock;
-  /** Disk layers under the machine's top (relative to the directory): what the next pause adds to. */
+  /** Disk layers under the machine's top (relative to the directory; a template's absolute): what the next pause adds to. */
   diskLayers: string[];
   /** The network backend of this run (a sandbox created with a network). */
   network?: SandboxNetwork;
