@@ -5,6 +5,7 @@
 // page (a boot shows neither) and its counter going on from the template's value.
 //
 // TORPOR_HOME is a fresh directory whose artifacts/ links to the real store.
+import { spawn } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -231,6 +232,31 @@ kvmTest('a corrupted template is replaced by a new build: create still restores;
     await back.kill();
   } finally {
     await Sandbox.kill(keep.sandboxId).catch(() => undefined);
+  }
+});
+
+kvmTest('two processes creating with new settings at once: one builds the template, both restore that build', async () => {
+  const keys = new Set(builds().map((b) => b.key));
+  const p = spawn(process.execPath, ['--import', 'tsx', 'test/fixtures/template-child.ts', '72'], { stdio: ['pipe', 'pipe', 'pipe'] });
+  let out = '';
+  let err = '';
+  p.stderr.on('data', (d: Buffer) => (err += d.toString()));
+  const ready = new Promise<void>((resolve) => p.stdout.on('data', (d: Buffer) => ((out += d.toString()), out.includes('ready\n') && resolve())));
+  const other = new Promise<{ createdFrom: string; templateBuild: string | null }>((resolve, reject) => {
+    p.on('close', (code) => (code === 0 ? resolve(JSON.parse(out.trim().split('\n').pop()!)) : reject(new Error(`child exited ${code}: ${err}`))));
+  });
+  await Promise.race([ready, other]);
+  p.stdin.write('go\n');
+  const mine = await Sandbox.create(bootOpts(72));
+  try {
+    const theirs = await other;
+    const fresh = builds().filter((b) => !keys.has(b.key));
+    assert.is(fresh.length, 1, JSON.stringify(fresh));
+    assert.is(theirs.createdFrom, 'template');
+    assert.is(theirs.templateBuild, fresh[0]!.build);
+    assert.is(JSON.parse(await readFile(join(internals(mine).dir, 'meta.json'), 'utf8')).templateBuild, fresh[0]!.build);
+  } finally {
+    await mine.kill();
   }
 });
 
