@@ -11,6 +11,7 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
 import { Sandbox, linuxGuestSupport } from '../lib/sandbox/sandbox.js';
+import type { Machine } from '../lib/vm/machine.js';
 import { privateHome } from './sandbox-home.js';
 import { testUnless } from './skip-unless.js';
 
@@ -23,7 +24,7 @@ const CONNECT = { restoreTimeoutMs: 120_000, bootTimeoutMs: 180_000 };
 const MiB = 1 << 20;
 
 const home = privateHome(test, 'torpor-linux-template-');
-const dirOf = (sbx: Sandbox) => (sbx as unknown as { dir: string }).dir;
+const machineOf = (sbx: Sandbox) => (sbx as unknown as { machine: Machine }).machine;
 
 function templateBuilds(): string[] {
   const base = join(home, 'templates', 'base');
@@ -49,8 +50,10 @@ linuxTest('create from the template: python3 runs, two sandboxes diverge, echo h
     const t1 = performance.now();
     b = await Sandbox.create(OPTS);
     const secondMs = performance.now() - t1;
+    const dirtyAtCreate = machineOf(b).dirtyPageCount();
     await b.commands.run('echo hi > f');
     const firstOutputMs = performance.now() - t1;
+    const dirtyAtPause = machineOf(b).dirtyPageCount();
     assert.is((await b.getInfo()).createdFrom, 'template');
     assert.is(templateBuilds().length, 1, 'the second create used the same build');
     const id = b.sandboxId;
@@ -59,7 +62,7 @@ linuxTest('create from the template: python3 runs, two sandboxes diverge, echo h
     console.log(
       `  sandbox-linux-template: first create (builds the template) ${firstMs.toFixed(0)} ms; second (restores it) ${secondMs.toFixed(0)} ms, ` +
         `create -> echo hi > f done ${firstOutputMs.toFixed(0)} ms (emulated host); pause: ${(r.bytes / MiB).toFixed(2)} MiB written, ` +
-        `${(info.bytesOnDisk / MiB).toFixed(2)} MiB on disk beyond the template`,
+        `${(info.bytesOnDisk / MiB).toFixed(2)} MiB on disk beyond the template; pages dirtied since the template: ${dirtyAtCreate} at create, ${dirtyAtPause} after the echo`,
     );
     assert.ok(r.bytes <= 8 * MiB, `the first pause wrote ${r.bytes} bytes`);
     assert.ok(info.bytesOnDisk <= 8 * MiB, `the paused sandbox takes ${info.bytesOnDisk} bytes beyond its template`);
