@@ -15,7 +15,7 @@ import * as assert from 'uvu/assert';
 import { Sandbox } from '../lib/sandbox/sandbox.js';
 import type { Machine } from '../lib/vm/machine.js';
 import { privateHome, testvmSandboxTest } from './sandbox-home.js';
-import { sleep, testvmImage } from './vmm-guests.js';
+import { sleep, testvmCommand, testvmImage } from './vmm-guests.js';
 
 const kvmTest = await testvmSandboxTest('sandbox-template');
 const kernel = testvmImage()!;
@@ -79,14 +79,6 @@ async function until(cond: () => boolean | Promise<boolean>, what: string, ms = 
   }
 }
 
-/** A serial command of the test guest and its answer line (key=value ...). */
-async function serial(sbx: Sandbox, command: string, answer: RegExp): Promise<string> {
-  const m = internals(sbx).machine;
-  const seen = m.waitForConsole(answer, 10_000);
-  m.consoleWrite(command + '\n');
-  return seen;
-}
-
 kvmTest('the first create builds the template, later ones restore it; sandboxes from one template diverge', async () => {
   let stamps: Record<string, string> = {};
   const t0 = performance.now();
@@ -125,13 +117,13 @@ kvmTest('the first create builds the template, later ones restore it; sandboxes 
       // Memory: a word written in a is not in b.
       const ADDR = 0x3000000;
       const before = internals(b).machine.readGuest(ADDR, 4).readUInt32LE();
-      await serial(a, `poke 0x${ADDR.toString(16)} 0x5a5a1234`, /poke=ok/);
+      assert.match(await testvmCommand(internals(a).machine, `poke 0x${ADDR.toString(16)} 0x5a5a1234`, 'poke'), /^poke=ok/);
       assert.is(internals(a).machine.readGuest(ADDR, 4).readUInt32LE(), 0x5a5a1234);
       assert.is(internals(b).machine.readGuest(ADDR, 4).readUInt32LE(), before);
       // Disk: sectors a writes (its own top layer) read back in a, not in b.
-      await serial(a, 'blk-write 4096 7 8', /blk-write=ok/);
-      await serial(a, 'blk-verify 4096 7 8', /blk-verify=ok/);
-      await serial(b, 'blk-verify 4096 7 8', /blk-verify=bad/);
+      assert.match(await testvmCommand(internals(a).machine, 'blk-write 4096 7 8', 'blk-write'), /^blk-write=ok/);
+      assert.match(await testvmCommand(internals(a).machine, 'blk-verify 4096 7 8', 'blk-verify'), /^blk-verify=ok/);
+      assert.match(await testvmCommand(internals(b).machine, 'blk-verify 4096 7 8', 'blk-verify'), /^blk-verify=bad/);
       // Both counters run on their own.
       const ca = guestStatus(a).counter;
       const cb = guestStatus(b).counter;
@@ -197,6 +189,38 @@ kvmTest('a template sandbox: its first pause writes a diff over the template; co
     await Sandbox.kill(id).catch(() => undefined);
   }
   assert.equal(fileStamps(build.build), stamps, 'the template was not written');
+});
+
+kvmTest('a template sandbox never paused whose owner died: connect boots its disk (template layer + what it wrote)', async () => {
+  const p = spawn(process.execPath, ['--import', 'tsx', 'test/fixtures/template-child.ts', '64', 'write-and-hold'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  let err = '';
+  p.stdout.on('data', (d: Buffer) => (out += d.toString()));
+  p.stderr.on('data', (d: Buffer) => (err += d.toString()));
+  const exited = new Promise((r) => p.once('exit', r));
+  await until(() => out.includes('"id"') || p.exitCode !== null, 'the child writing', 60_000);
+  assert.ok(out.includes('"id"'), `the child wrote (${err})`);
+  p.kill('SIGKILL');
+  await exited;
+  const id = (JSON.parse(out.trim().split('\n').pop()!) as { id: string }).id;
+  const back = await Sandbox.connect(id);
+  try {
+    const info = await back.getInfo();
+    assert.is(info.resumedFrom, 'disk');
+    assert.is(info.generation, 0);
+    assert.match(await testvmCommand(internals(back).machine, 'blk-verify 4096 0x77 8', 'blk-verify'), /^blk-verify=ok/);
+    const meta = JSON.parse(await readFile(join(internals(back).dir, 'meta.json'), 'utf8'));
+    assert.equal(meta.diskLayers, [meta.diskLayers[0], 'overlay']);
+    assert.match(meta.diskLayers[0], /\/templates\/base\/[0-9a-f]+\/b-\d+-[0-9a-f]+\/gen-1\/disk0\.overlay$/);
+    // Paused and continued again: the template's layer, the adopted top, then the generation's.
+    await back.pause();
+    const again = await Sandbox.connect(id);
+    assert.match(await testvmCommand(internals(again).machine, 'blk-verify 4096 0x77 8', 'blk-verify'), /^blk-verify=ok/);
+    await again.kill();
+  } finally {
+    await back.kill().catch(() => undefined);
+    await Sandbox.kill(id).catch(() => undefined);
+  }
 });
 
 kvmTest('a corrupted template is replaced by a new build: create still restores; the old build stays for its sandboxes', async () => {

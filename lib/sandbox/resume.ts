@@ -114,8 +114,12 @@ export async function resume(dir: SandboxDir, before: SandboxMeta, lock: OwnerLo
     if (!machine || !client) {
       resumedFrom = 'disk';
       // A sandbox never paused: its first top layer, as the dead owner's machine left it
-      // (crash-consistent), under a new top.
-      if (generation === 0 && existsSync(dir.firstOverlay)) diskLayers = [relative(dir.path, dir.firstOverlay)];
+      // (crash-consistent), under a new top; over the template's layers for a template sandbox.
+      if (generation === 0) {
+        if (before.createdFrom === 'template') await dir.adoptRestoreTop();
+        const first = relative(dir.path, dir.firstOverlay);
+        if (existsSync(dir.firstOverlay) && !diskLayers.includes(first)) diskLayers = [...diskLayers, first];
+      }
       const top = dir.bootTop(generation);
       await mkdir(dirname(top), { recursive: true });
       const netReady = startNetwork(before);

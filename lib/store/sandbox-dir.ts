@@ -321,6 +321,22 @@ export class SandboxDir {
     for (const p of [this.firstOverlay, `${this.firstOverlay}.map`]) await unlink(p).catch(() => undefined);
   }
 
+  /**
+   * A template sandbox never paused, whose owner died: the disk top its restore wrote (under
+   * snapshots/tops/, named by the addon `disk0-r<gen>-<pid>-<n>.overlay`) becomes the first
+   * overlay, as a booted sandbox's is, so the boot from disk has its writes (crash-consistent).
+   * Does nothing unless there is exactly one such top and no first overlay yet.
+   */
+  async adoptRestoreTop(): Promise<void> {
+    if (await lstat(this.firstOverlay).then(() => true, () => false)) return;
+    const tops = join(this.snapshots, 'tops');
+    const names = (await readdir(tops).catch(() => [] as string[])).filter((n) => /^disk0-r\d+-\d+-\d+\.overlay$/.test(n));
+    if (names.length !== 1) return;
+    await rename(join(tops, names[0]!), this.firstOverlay);
+    await rename(join(tops, `${names[0]!}.map`), `${this.firstOverlay}.map`).catch(() => undefined);
+    await fsyncPath(this.path);
+  }
+
   async remove(): Promise<void> {
     // Renamed aside first: a reader never sees half a directory under the sandbox's name.
     const aside = join(this.path, '..', `.removing-${this.id}-${randomBytes(3).toString('hex')}`);
