@@ -10,7 +10,8 @@
 //
 // Body: "torpor-machine" v1 | machine spec | u64 generation | memory chain
 // (bottom first; relative to the directory, or absolute for the layers of
-// another directory a machine was restored from, snapshot/layer_path.h) | VM state | vCPU states | device states.
+// another directory a machine was restored from, snapshot/layer_path.h) |
+// VM state | vCPU states | device states.
 #include "vmm/machine_snapshot.h"
 
 #include <fcntl.h>
@@ -112,7 +113,7 @@ std::string gen_name(uint64_t n) { return "gen-" + std::to_string(n); }
 // A disk layer path from the state file: relative, inside dir, no "..".
 void check_relative(const std::string& p) {
   if (p.empty() || p.front() == '/' || p.find("..") != std::string::npos || p.find('\0') != std::string::npos)
-    StateReader::fail("memory layer path '" + p + "' is not a plain relative path");
+    StateReader::fail("disk layer path '" + p + "' is not a plain relative path");
 }
 
 // anonymous: RAM is MAP_ANONYMOUS (a booted machine), not a layer file mapped
@@ -516,6 +517,8 @@ std::unique_ptr<Machine> Machine::restore_from(const std::string& dir, Callbacks
   // capture there is a diff over them.
   const bool elsewhere = !into.empty() && into != dir;
   const std::string home = elsewhere ? into : dir;
+  // dir's layers as the machine keeps them: absolute when it continues elsewhere.
+  const std::string src = elsewhere ? fs::absolute(dir).lexically_normal().string() : dir;
   auto plan = std::make_unique<RestorePlan>();
   plan->dir = home;
   {
@@ -538,13 +541,13 @@ std::unique_ptr<Machine> Machine::restore_from(const std::string& dir, Callbacks
     std::vector<std::string> paths;
     for (uint32_t i = 0; i < len; i++) {
       std::string p = in.str(kMaxLayerPath);
-      paths.push_back(resolve_layer_path(dir, p));
+      paths.push_back(resolve_layer_path(src, p));
       plan->chain.push_back(elsewhere ? paths.back() : p);
     }
     if (elsewhere) plan->generation = 0;
     for (size_t i = 0; i < spec.config.disks.size(); i++) {
       BlkOptions& d = spec.config.disks[i];
-      for (auto& p : d.frozen_overlays) p = path_from_state(dir, p);
+      for (auto& p : d.frozen_overlays) p = path_from_state(src, p);
       if (!d.read_only) d.overlay_path = new_top_path(home, i, "r", n);
     }
     uint64_t ram_bytes = spec.config.memory_mib * x86::kMiB;
