@@ -21,6 +21,8 @@ const kvmTest = await testvmSandboxTest('sandbox-template');
 const kernel = testvmImage()!;
 
 const STATUS = 0x100000;
+/** How long a child Node process may take to get going (emulated in the nested host). */
+const CHILD_MS = process.env.TORPOR_NESTED === '1' ? 180_000 : 60_000;
 const internals = (sbx: Sandbox) => sbx as unknown as { machine: Machine; dir: string };
 const guestStatus = (sbx: Sandbox) => {
   const page = internals(sbx).machine.readGuest(STATUS, 0x40);
@@ -198,7 +200,7 @@ kvmTest('a template sandbox never paused whose owner died: connect boots its dis
   p.stdout.on('data', (d: Buffer) => (out += d.toString()));
   p.stderr.on('data', (d: Buffer) => (err += d.toString()));
   const exited = new Promise((r) => p.once('exit', r));
-  await until(() => out.includes('"id"') || p.exitCode !== null, 'the child writing', 60_000);
+  await until(() => out.includes('"id"') || p.exitCode !== null, 'the child writing', CHILD_MS);
   assert.ok(out.includes('"id"'), `the child wrote (${err})`);
   p.kill('SIGKILL');
   await exited;

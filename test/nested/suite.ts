@@ -18,8 +18,10 @@ export const KVM_FILES = [
   'sandbox-create',
   'sandbox-linux',
   'sandbox-linux-pause',
+  'sandbox-linux-template',
   'sandbox-net-pause',
   'sandbox-pause',
+  'sandbox-template',
   'sandbox-testvm',
   'vmm-boot',
   'vmm-devices',
@@ -38,6 +40,7 @@ export const LINUX_FILES: Record<string, number> = {
   'vmm-linux-snapshot': 2,
   'sandbox-linux': 2,
   'sandbox-linux-pause': 4,
+  'sandbox-linux-template': 1,
   'api-e2b-linux': 1,
   'net-linux': 3,
 };
