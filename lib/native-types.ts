@@ -218,6 +218,8 @@ export interface NativeBinding {
   kvmCallCount(): number;
   /** A connected pair of Unix stream sockets (CLOEXEC fds): one for netAttachFd, one for the backend process. */
   netSocketPair(): [number, number];
+  /** Closes an fd netSocketPair handed out that no machine took (INVALID_ARGUMENT for any other fd). */
+  closeNetSocket(fd: number): void;
   /** Build facts: addon version, compiler, whether built with sanitizers. */
   buildInfo(): { version: string; compiler: string };
 }

@@ -310,6 +310,30 @@ test('random bytes from a hostile agent never escape as an exception: PROTOCOL_E
   assert.ok((tally.PROTOCOL_ERROR ?? 0) > 10, JSON.stringify(tally));
 });
 
+test('a request stream the agent ends without its answer fails with PROTOCOL_ERROR, never waits forever', async () => {
+  // Found by the host codec fuzzer (test/fuzz/host-codec-fuzz.ts): an ended stream is no longer
+  // held by the connection, so these requests used to wait forever, even after it closed.
+  const data = (flags: number) => encodeFrame(1, FrameType.DATA, flags, new FieldWriter().bytes('data', Buffer.from('hi')).toBuffer());
+  const cases: [string, (api: ReturnType<typeof createAgentApi>) => Promise<unknown>, Buffer][] = [
+    ['a read ended without its OK', (api) => api.files.read('/f'), data(FLAG_END)],
+    ['a command that EXITED before STARTED', (api) => api.commands.run('true'), encodeFrame(1, FrameType.EXITED, FLAG_END, new FieldWriter().i32('exit_code', 0).toBuffer())],
+    ['a command whose stream ended on STDOUT', (api) => api.commands.run('true'), Buffer.concat([encodeFrame(1, FrameType.STARTED, 0, new FieldWriter().u32('pid', 7).toBuffer()), encodeFrame(1, FrameType.STDOUT, FLAG_END, new FieldWriter().u64('offset', 0n).bytes('data', Buffer.from('x')).toBuffer())])],
+    ['a STARTED without pid that also ends the stream', (api) => api.commands.run('true'), encodeFrame(1, FrameType.STARTED, FLAG_END, Buffer.alloc(0))],
+  ];
+  for (const [what, request, answer] of cases) {
+    const { server, port } = await hostileServer((sock) => sock.write(answer));
+    const { connect } = await import('node:net');
+    const c = await AgentClient.connect(connect(port, '127.0.0.1'));
+    try {
+      const outcome = await Promise.race([request(createAgentApi(c)).then(() => 'answered', (e) => e), sleep(3000).then(() => 'still waiting')]);
+      assert.ok(code('PROTOCOL_ERROR')(outcome), `${what}: ${outcome}`);
+    } finally {
+      await c.close();
+      server.close();
+    }
+  }
+});
+
 test('GOAWAY from the agent fails what is in flight with its code, and the client does not redial', async () => {
   let connections = 0;
   const server = createServer((sock) => {

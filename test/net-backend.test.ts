@@ -1,6 +1,7 @@
 // The network backend's plumbing without a guest: passt started as a sandbox starts it, fed
 // Ethernet frames in QEMU's stream protocol on its socket (what the virtio-net device sends),
 // answering as the guest's gateway; its failures as NET_BACKEND errors, never a hang.
+import { closeSync, fstatSync, openSync } from 'node:fs';
 import net from 'node:net';
 
 import { test } from 'uvu';
@@ -9,6 +10,7 @@ import * as assert from 'uvu/assert';
 import { TorporError } from '../lib/errors.js';
 import { GUEST_NET, macFor, netCmdline, resolveNetwork } from '../lib/net/options.js';
 import { Passt, passtArgs } from '../lib/net/passt.js';
+import { Machine } from '../lib/vm/machine.js';
 import { GUEST_MAC, arpRequest, framed, ipBytes, nextFrame, socketPair } from './net-frames.js';
 import { needsCommands, testUnless } from './skip-unless.js';
 
@@ -32,6 +34,28 @@ test('network options: defaults, MAC derivation, the agent command line', () => 
   const open = passtArgs({ egress: false, allowHostLoopback: true, ports: [] }, new Map());
   assert.not.ok(open.includes('--no-map-gw'));
   assert.ok(open.includes('--no-udp'));
+});
+
+test('Machine.closeNetSocket closes only the ends of Machine.netSocketPair() (once), never another fd', () => {
+  const [a, b] = Machine.netSocketPair();
+  const code = (fn: () => void) => {
+    try {
+      fn();
+    } catch (err) {
+      return (err as TorporError).code;
+    }
+    return 'no error';
+  };
+  const devNull = openSync('/dev/null', 'r');
+  try {
+    assert.is(code(() => Machine.closeNetSocket(devNull)), 'INVALID_ARGUMENT', 'an fd fs opened');
+    assert.ok(fstatSync(devNull).isCharacterDevice(), 'and left open');
+  } finally {
+    closeSync(devNull);
+  }
+  Machine.closeNetSocket(a);
+  assert.is(code(() => Machine.closeNetSocket(a)), 'INVALID_ARGUMENT', 'closed twice');
+  Machine.closeNetSocket(b);
 });
 
 withPasst('passt answers an ARP request for the gateway over the stream protocol', async () => {

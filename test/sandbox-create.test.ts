@@ -29,6 +29,13 @@ test('invalid options are INVALID_ARGUMENT before anything starts', async () => 
       { template: true },
       { template: '' },
       'base',
+      { vcpus: '2' },
+      { envs: 'A=1' },
+      { timeoutMs: 1000, lifecycle: { onTimeout: 'explode' } },
+      { network: { ports: [0] } },
+      { network: 'on' },
+      { boot: { cmdlineExtra: 5 } },
+      { template: 7 },
     ];
     for (const opts of bad) {
       const err = await Sandbox.create(opts as never).catch((e) => e);
@@ -36,6 +43,8 @@ test('invalid options are INVALID_ARGUMENT before anything starts', async () => 
     }
     assert.ok(code('TEMPLATE_NOT_FOUND')(await Sandbox.create({ template: 'nope' }).catch((e) => e)));
     assert.equal(await readdir(home), [], 'nothing was created');
+    // A directory as the kernel: there, but not a kernel (found while looking into the store).
+    assert.ok(code('KERNEL_INVALID')(await Sandbox.create({ boot: { kernel: tmpdir() } }).catch((e) => e)));
   } finally {
     if (saved === undefined) delete process.env.TORPOR_HOME;
     else process.env.TORPOR_HOME = saved;

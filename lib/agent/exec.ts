@@ -5,7 +5,7 @@
 import { TorporError } from '../errors.js';
 import type { AgentClient } from './client.js';
 import { FieldWriter, ProtocolError, type Fields } from './fields.js';
-import { FrameType, MAX_EXEC_PAYLOAD_BYTES } from './protocol.js';
+import { FLAG_END, FrameType, MAX_EXEC_PAYLOAD_BYTES } from './protocol.js';
 import type { RequestStream } from './stream.js';
 
 export interface ExecRequest {
@@ -76,6 +76,7 @@ export class ExecSession {
   private resolveExited!: (e: ExitInfo) => void;
   private rejectExited!: (e: TorporError) => void;
   private detached = false;
+  private exitSettled = false;
 
   private constructor(
     client: AgentClient,
@@ -101,7 +102,16 @@ export class ExecSession {
     this.exited.catch(() => undefined);
     const execFieldsForReask = fields;
     this.stream = client.open(type, fields, {
-      onFrame: (t, _flags, f, s) => this.frame(t, f, s),
+      onFrame: (t, flags, f, s) => {
+        this.frame(t, f, s);
+        // The agent ended the stream without EXITED (or, for EXEC, without STARTED): the stream is
+        // finished, so nothing else would ever settle the session (found by the host codec fuzzer).
+        if (flags & FLAG_END && !this.exitSettled && !(t === FrameType.OK && f.bool('pending'))) {
+          const err = new ProtocolError(`${type === FrameType.EXEC ? 'EXEC' : 'ATTACH'} stream ended without EXITED`);
+          this.rejectStarted(err);
+          this.rejectExited(err);
+        }
+      },
       onError: (err) => {
         this.rejectStarted(err);
         this.rejectExited(err);
@@ -188,8 +198,10 @@ export class ExecSession {
         const signal = fields.u32('signal');
         const info: ExitInfo = { exitCode: fields.i32('exit_code') ?? -1, timedOut: fields.bool('timed_out') ?? false };
         if (signal) info.signal = signal;
-        // ATTACH to an ended process may answer EXITED without STARTED.
-        if (this.pid !== undefined) this.resolveStarted({ pid: this.pid, stdoutStart: 0, stderrStart: 0 });
+        // ATTACH to an ended process may answer EXITED without STARTED; an EXEC may not.
+        if (this.pid === undefined) throw new ProtocolError('EXITED before STARTED');
+        this.resolveStarted({ pid: this.pid, stdoutStart: 0, stderrStart: 0 });
+        this.exitSettled = true;
         this.resolveExited(info);
         return;
       }

@@ -140,8 +140,17 @@ export class RequestStream {
       this.handler.onError(agentError(fields, requestName(this.type)));
       return;
     }
-    if (flags & FLAG_END) this.finish();
-    this.handler.onFrame(type, flags, fields, this);
+    const ending = (flags & FLAG_END) !== 0;
+    if (ending) this.finish();
+    try {
+      this.handler.onFrame(type, flags, fields, this);
+    } catch (err) {
+      // The handler refused the frame (a ProtocolError): the connection closes, failing every
+      // stream it still holds. One this frame finished is no longer held: fail it here, or its
+      // request would wait forever (found by test/fuzz/host-codec-fuzz.ts).
+      if (ending) this.handler.onError(err instanceof TorporError ? err : new ProtocolError(String(err)));
+      throw err;
+    }
   }
 
   /** The consumer took `bytes` of data: return credit to the agent (batched). */

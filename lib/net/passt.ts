@@ -9,16 +9,18 @@
 // machine: a paused sandbox has none, a resumed one gets a fresh process (same addresses, same
 // MAC: the guest keeps its identity; every flow of the old process is gone).
 import { type ChildProcess, spawn } from 'node:child_process';
-import { accessSync, closeSync, constants } from 'node:fs';
+import { accessSync, constants } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import net from 'node:net';
 import { delimiter, join } from 'node:path';
 
 import { TorporError } from '../errors.js';
+import { Machine } from '../vm/machine.js';
 import { GUEST_NET, type ResolvedNetwork } from './options.js';
 
 export interface PasstStart {
-  /** The socket end passt takes as its fd 3 (closed here once passt has it): an fd, or a connected Unix socket. */
+  /** The socket end passt takes as its fd 3 (closed here once passt has it): an fd from
+   *  Machine.netSocketPair() or machine.netAttachPair(), or a connected Unix socket. */
   fd: number | net.Socket;
   network: ResolvedNetwork;
   /** The binary (default: $TORPOR_PASST, else `passt` on PATH). */
@@ -78,7 +80,7 @@ export class Passt {
     try {
       child = spawn(binary, args, { stdio: ['ignore', 'ignore', 'pipe', opts.fd], detached: false });
     } finally {
-      if (typeof opts.fd === 'number') closeSync(opts.fd);
+      if (typeof opts.fd === 'number') Machine.closeNetSocket(opts.fd);
       else opts.fd.destroy();
     }
     const p = new Passt(child, hostPorts);

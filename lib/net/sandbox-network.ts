@@ -5,8 +5,6 @@
 // wait in the socket meanwhile); stop() ends passt with the machine. Across pause and connect (lib/sandbox/resume.ts): stop() after
 // the capture, prepare() + attach() again on connect with the same MAC (the snapshot keeps the
 // device), addresses and, where still free, the same host ports.
-import { closeSync } from 'node:fs';
-
 import { TorporError } from '../errors.js';
 import { Machine } from '../vm/machine.js';
 import { GUEST_NET, type ResolvedNetwork, macFor, netCmdline } from './options.js';
@@ -49,7 +47,7 @@ export class SandboxNetwork {
       const passt = await Passt.spawn({ fd: passtEnd, network, hostPorts });
       return new SandboxNetwork(passt, network, machineEnd);
     } catch (err) {
-      closeSync(machineEnd);
+      Machine.closeNetSocket(machineEnd);
       throw err;
     }
   }
@@ -100,7 +98,7 @@ export class SandboxNetwork {
   /** Ends the backend (every flow with it). Idempotent. */
   async stop(): Promise<void> {
     if (this.#machineEnd !== undefined) {
-      closeSync(this.#machineEnd);
+      Machine.closeNetSocket(this.#machineEnd);
       this.#machineEnd = undefined;
     }
     await this.#passt.stop();

@@ -309,6 +309,7 @@ class FileReader {
   readonly opened: Promise<number>;
   private readonly chunks: Buffer[] = [];
   private ended = false;
+  private isOpen = false;
   private error: TorporError | undefined;
   private wake: (() => void) | null = null;
 
@@ -324,12 +325,23 @@ class FileReader {
     this.opened.catch(() => undefined);
     this.stream = client.open(FrameType.FILE_READ, request, {
       onFrame: (type, flags, fields) => {
-        if (type === FrameType.OK) opened(fields.u64n('size') ?? 0);
-        else if (type === FrameType.DATA) {
+        if (type === FrameType.OK) {
+          this.isOpen = true;
+          opened(fields.u64n('size') ?? 0);
+        } else if (type === FrameType.DATA) {
           const data = fields.bytes('data');
           if (data && data.length > 0) this.chunks.push(data);
         }
-        if (flags & FLAG_END) this.ended = true;
+        if (flags & FLAG_END) {
+          this.ended = true;
+          // A stream the agent ended without its OK would leave the read waiting forever (the
+          // stream is finished: a closing connection no longer fails it). Found by the host
+          // codec fuzzer (test/fuzz/host-codec-fuzz.ts).
+          if (!this.isOpen) {
+            this.error = new TorporError('PROTOCOL_ERROR', `${path}: the agent ended the read without opening the file`);
+            openFailed(this.error);
+          }
+        }
         this.notify();
       },
       onError: (err) => {

@@ -559,6 +559,11 @@ export class Machine extends EventEmitter<MachineEvents> {
   static netSocketPair(): [number, number] {
     return loadNative().netSocketPair();
   }
+  /** Closes an end of Machine.netSocketPair() no machine took (closed by the addon: fs.closeSync
+   *  would make Node warn in a worker thread about an fd its fs did not open). */
+  static closeNetSocket(fd: number): void {
+    loadNative().closeNetSocket(fd);
+  }
   /** Why the network backend's socket died (it hung up, or broke the protocol); '' while it lives. */
   netBackendError(): string {
     return this.#native.netBackendError();

@@ -1,4 +1,5 @@
 #include "addon/machine_binding.h"
+#include "addon/net_socket_binding.h"
 
 #include <arpa/inet.h>
 #include <unistd.h>
@@ -818,7 +819,9 @@ Napi::Value MachineWrap::vsock_knocks(const Napi::CallbackInfo& info) {
 // (dup2 clears the flag there).
 Napi::Value MachineWrap::net_attach_pair(const Napi::CallbackInfo& info) {
   return guarded(info.Env(), [&]() -> Napi::Value {
-    return Napi::Number::New(info.Env(), live_machine().net_attach_pair());
+    int fd = live_machine().net_attach_pair();
+    remember_net_socket(fd);  // handed to JS: closeNetSocket may close it
+    return Napi::Number::New(info.Env(), fd);
   });
 }
 
@@ -826,6 +829,7 @@ Napi::Value MachineWrap::net_attach_pair(const Napi::CallbackInfo& info) {
 Napi::Value MachineWrap::net_attach_fd(const Napi::CallbackInfo& info) {
   return guarded(info.Env(), [&]() -> Napi::Value {
     int fd = static_cast<int>(js::to_uint(info[0], "fd", 0, 0x7fffffff));
+    forget_net_socket(fd);  // the machine owns it from here, even if it refuses it (closed then)
     live_machine().net_attach_fd(fd);
     return info.Env().Undefined();
   });

@@ -3,8 +3,8 @@
 #include "addon/addon_state_inl.h"
 #include "addon/lock_binding.h"
 #include "addon/machine_binding.h"
+#include "addon/net_socket_binding.h"
 #include "addon/probe_binding.h"
-#include "devices/virtio/net/net_mmio.h"
 #include "vmm/kvm.h"
 #include "vmm/vm_pool.h"
 
@@ -51,18 +51,6 @@ Napi::Value kvm_call_count_binding(const Napi::CallbackInfo& info) {
   return Napi::Number::New(info.Env(), static_cast<double>(kvm_call_count()));
 }
 
-// netSocketPair() -> [fd, fd]: a connected stream socket pair for a machine's
-// network device (netAttachFd) and its backend process.
-Napi::Value net_socket_pair(const Napi::CallbackInfo& info) {
-  return guarded(info.Env(), [&]() -> Napi::Value {
-    auto [a, b] = make_stream_pair();
-    Napi::Array out = Napi::Array::New(info.Env(), 2);
-    out.Set(uint32_t{0}, Napi::Number::New(info.Env(), a.release()));
-    out.Set(uint32_t{1}, Napi::Number::New(info.Env(), b.release()));
-    return out;
-  });
-}
-
 Napi::Object init(Napi::Env env, Napi::Object exports) {
   env.SetInstanceData<AddonState>(new AddonState());
   exports.Set("setErrorFactory", Napi::Function::New(env, set_error_factory, "setErrorFactory"));
@@ -77,7 +65,8 @@ Napi::Object init(Napi::Env env, Napi::Object exports) {
   exports.Set("kvmCallCount", Napi::Function::New(env, kvm_call_count_binding, "kvmCallCount"));
   exports.Set("tryLockFile", Napi::Function::New(env, try_lock_file_binding, "tryLockFile"));
   exports.Set("closeLockFile", Napi::Function::New(env, close_lock_file_binding, "closeLockFile"));
-  exports.Set("netSocketPair", Napi::Function::New(env, net_socket_pair, "netSocketPair"));
+  exports.Set("netSocketPair", Napi::Function::New(env, net_socket_pair_binding, "netSocketPair"));
+  exports.Set("closeNetSocket", Napi::Function::New(env, close_net_socket_binding, "closeNetSocket"));
   exports.Set("describeSnapshot", Napi::Function::New(env, MachineWrap::describe_snapshot, "describeSnapshot"));
   return exports;
 }

@@ -14,22 +14,30 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 seconds=${1:-600}
 shift || true
-all=(vsock net virtqueue snapshot_loader agent_frame overlay_map kernel_loader)
+# host_codec is the host side of the agent protocol (TypeScript: test/fuzz/host-codec-fuzz.ts),
+# run by Node with structure-aware random inputs (no coverage feedback, no corpus).
+all=(vsock net virtqueue snapshot_loader agent_frame overlay_map kernel_loader host_codec)
 targets=("${@:-${all[@]}}")
+native=()
+for t in "${targets[@]}"; do [[ $t == host_codec ]] || native+=("$t"); done
 bin=$(cd "$here/.." && pwd)/test/out/fuzz  # as the Makefile names it (make matches targets textually)
 work=${FUZZ_WORK:-$bin/work}
-make -s -C "$here" -j2 $(printf "$bin/%s_libfuzzer " "${targets[@]}")
+(( ${#native[@]} == 0 )) || make -s -C "$here" -j2 $(printf "$bin/%s_libfuzzer " "${native[@]}")
 mkdir -p "$work/artifacts"
 rows=()
 for t in "${targets[@]}"; do
   mkdir -p "$work/$t"
   log=$work/$t.log
   rc=0
-  "$bin/${t}_libfuzzer" -max_total_time="$seconds" -print_final_stats=1 -timeout=10 -rss_limit_mb=2048 \
-    -artifact_prefix="$work/artifacts/$t-" "$work/$t" "$here/corpus/$t" > "$log" 2>&1 || rc=$?
+  if [[ $t == host_codec ]]; then
+    (cd "$here/../.." && FUZZ_WORK="$work" node --import tsx test/fuzz/host-codec-fuzz.ts "$seconds") > "$log" 2>&1 || rc=$?
+  else
+    "$bin/${t}_libfuzzer" -max_total_time="$seconds" -print_final_stats=1 -timeout=10 -rss_limit_mb=2048 \
+      -artifact_prefix="$work/artifacts/$t-" "$work/$t" "$here/corpus/$t" > "$log" 2>&1 || rc=$?
+  fi
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
-  cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
+  cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2 || true)
   corpus=$(ls "$work/$t" | wc -l)
   rows+=("$(printf '%-16s %12s %10s %8s %8s' "$t" "${runs:-?}" "${rate:-?}" "${cov:-?}" "$corpus")")
   if (( rc != 0 )); then

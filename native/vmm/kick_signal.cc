@@ -12,14 +12,17 @@ namespace torpor {
 
 namespace {
 
-// Touched by each vCPU thread at start, so the handler never triggers the
-// lazy allocation of dynamic TLS (not async-signal-safe).
-thread_local kvm_run* tls_run = nullptr;
-
-void on_kick(int) {
-  kvm_run* run = tls_run;
-  if (run) __atomic_store_n(&run->immediate_exit, 1, __ATOMIC_SEQ_CST);
-}
+// Does nothing, on purpose: the signal's only job is to make a KVM_RUN in
+// progress return (EINTR). The sender sets immediate_exit in the vCPU's
+// kvm_run before it sends the kick (Vcpu::send), which covers a thread about
+// to enter KVM_RUN. The handler used to set immediate_exit itself through a
+// thread_local pointer; in a dlopen'd addon a thread_local is reached through
+// __tls_get_addr, which mallocs on a thread's first access. A kick landing on
+// a vCPU thread inside that first malloc re-entered malloc from the handler
+// and deadlocked on the arena lock, and with it every thread of the process
+// that malloc'd next, the JS thread included (a sandbox restored paused and
+// resumed at once hung the process, ~1 restore in 20 under load).
+void on_kick(int) {}
 
 std::mutex g_mu;
 int g_refs = 0;
@@ -59,8 +62,7 @@ KickSignalRef::~KickSignalRef() {
   sigaction(kick_signal_number(), &g_previous, nullptr);
 }
 
-void kick_register_thread(kvm_run* run) {
-  tls_run = run;
+void kick_accept_on_this_thread() {
   // The signal must reach this thread even if the creator had it blocked.
   sigset_t set;
   sigemptyset(&set);

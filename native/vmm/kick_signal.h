@@ -3,12 +3,12 @@
 // A real-time signal (SIGRTMIN + kKickSignalOffset; never SIGUSR1, which
 // Node's inspector owns, nor SIGPROF/SIGSEGV/SIGBUS, which V8 uses). It is
 // installed when the first machine is built and restored when the last one
-// goes (a reference count), with SA_RESTART, and a handler that only sets
-// immediate_exit in the kvm_run of the thread it lands on. Installing
-// refuses (KVM_UNAVAILABLE) when another handler already owns the signal.
+// goes (a reference count), with SA_RESTART, and a handler that does nothing
+// (the sender sets immediate_exit first; kick_signal.cc says why the handler
+// must not touch thread-local storage). Installing refuses (KVM_UNAVAILABLE)
+// when another handler already owns the signal.
 #pragma once
 
-#include <linux/kvm.h>
 #include <pthread.h>
 
 namespace torpor {
@@ -25,9 +25,8 @@ class KickSignalRef {
   KickSignalRef& operator=(const KickSignalRef&) = delete;
 };
 
-// Called on a vCPU thread before its first KVM_RUN (and with nullptr when it
-// stops running): tells the handler which kvm_run to flag on this thread.
-void kick_register_thread(kvm_run* run);
+// Called on a vCPU thread before its first KVM_RUN: unblocks the signal there.
+void kick_accept_on_this_thread();
 
 // Sends the kick to a thread.
 void kick_thread(pthread_t thread);

@@ -34,7 +34,7 @@ TEST("vmm kick signal: reference counted, SA_RESTART, restored after the last ma
       CHECK(current_handler() == ours);
     }
     CHECK(current_handler() == ours);  // a still holds it
-    // A kick on a thread without a registered kvm_run is harmless.
+    // A kick on a thread that is not a vCPU is harmless: the handler does nothing.
     raise(kick_signal_number());
   }
   CHECK(current_handler() == SIG_DFL);

@@ -45,6 +45,12 @@ uint64_t now_ns(std::chrono::steady_clock::time_point since) {
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - since).count());
 }
 
+// Physical RAM of the host (0 when unknown).
+uint64_t host_ram_mib() {
+  long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) / x86::kMiB : 0;
+}
+
 void validate(const MachineConfig& cfg, int max_vcpus) {
   if (cfg.kernel.empty()) throw Error(code::kInvalidArgument, "kernel path is required");
   uint32_t limit = std::min<uint32_t>(254, max_vcpus > 0 ? static_cast<uint32_t>(max_vcpus) : 254);
@@ -53,6 +59,13 @@ void validate(const MachineConfig& cfg, int max_vcpus) {
   if (cfg.memory_mib < kMinMemoryMiB || cfg.memory_mib > kMaxMemoryMiB)
     throw Error(code::kInvalidArgument, "memoryMiB must be " + std::to_string(kMinMemoryMiB) + ".." +
                                             std::to_string(kMaxMemoryMiB));
+  // Guest RAM is reserved lazily, so any size would map; but a guest that touches more than the
+  // host has gets the host process (the user's app) killed by the OOM killer. Refused up front
+  // (it once took 8.8 s of set-up to accept 1 TiB on a 24 GiB host).
+  uint64_t host_mib = host_ram_mib();
+  if (host_mib && cfg.memory_mib > host_mib)
+    throw Error(code::kInvalidArgument, "memoryMiB " + std::to_string(cfg.memory_mib) + " is more than this host's " +
+                                            std::to_string(host_mib) + " MiB of RAM");
   size_t devices = cfg.disks.size() + (cfg.vsock_cid ? 1 : 0) + (cfg.rng ? 1 : 0) + (cfg.net ? 1 : 0);
   if (devices > x86::kMaxVirtioDevices)
     throw Error(code::kInvalidArgument, "at most " + std::to_string(x86::kMaxVirtioDevices) + " virtio devices");

@@ -82,7 +82,7 @@ bool Vcpu::complete_pending_io() {
 
 void Vcpu::thread_main() {
   kvm_run* run = kvm_->run();
-  kick_register_thread(run);
+  kick_accept_on_this_thread();
   // Named so a test (and a debugger) can tell that no vCPU thread outlived its machine.
   char name[16];
   std::snprintf(name, sizeof(name), "torpor-vcpu%u", index());
@@ -150,7 +150,6 @@ void Vcpu::thread_main() {
       alive = false;
     }
   }
-  kick_register_thread(nullptr);
   host_.vcpu_exited(index());
 }
 

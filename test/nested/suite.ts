@@ -29,6 +29,7 @@ export const KVM_FILES = [
   'vmm-lifecycle',
   'vmm-linux',
   'vmm-linux-snapshot',
+  'vmm-options',
   'vmm-restore-pool',
   'vmm-snapshot',
   'vmm-testvm',

@@ -22,6 +22,13 @@ RawImage::RawImage(const std::string& path, uint64_t size) {
     ::close(fd_);
     throw_sys_error(code::kIo, "stat disk image " + path, e);
   }
+  // A directory opens read-only and reads as EISDIR; anything but a file or a block device
+  // (a FIFO, a socket, a character device such as /dev/zero) has no fixed size to serve.
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd_);
+    fd_ = -1;
+    throw Error(code::kInvalidArgument, "disk image " + path + (S_ISDIR(st.st_mode) ? " is a directory" : " is not a regular file"));
+  }
   file_size_ = static_cast<uint64_t>(st.st_size);
   size_ = size ? size : (file_size_ + 511) / 512 * 512;
 }
