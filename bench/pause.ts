@@ -37,7 +37,7 @@ export async function runPauseBench(opts: { iterations?: number; memoryMiB?: num
   const firstMs: number[] = [];
   let bytesPaused = 0;
   try {
-    // The first pause writes the full image; the measured ones are diffs.
+    // The first pause writes a diff over the template (the full image for a booted sandbox); the measured ones are diffs.
     await sbx.pause();
     sbx = await Sandbox.connect(id);
     for (let i = 0; i < n; i++) {

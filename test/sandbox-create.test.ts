@@ -26,6 +26,8 @@ test('invalid options are INVALID_ARGUMENT before anything starts', async () => 
       { boot: { kernel: '/nonexistent/vmlinux' } },
       { timeoutMs: 0 },
       { bogus: true },
+      { template: true },
+      { template: '' },
       'base',
       { vcpus: '2' },
       { envs: 'A=1' },

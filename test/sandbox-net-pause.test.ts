@@ -23,7 +23,10 @@ import { sleep, testvmCommand, testvmImage, testvmSkipReason } from './vmm-guest
 const kvmTest = await testvmSandboxTest('sandbox-net-pause', testvmSkipReason() ?? needsCommands('passt'));
 const kernel = testvmImage()!;
 
+// Booted (template: false): the MAC is the sandbox's own (a template sandbox keeps the
+// template's; sandbox-template.test.ts).
 const bootOpts = {
+  template: false as const,
   vcpus: 1,
   memoryMiB: 64,
   boot: { kernel, timeoutMs: 15_000, cmdlineExtra: 'testvm.agent_ready=1' },

@@ -43,7 +43,10 @@ const guestStatus = (sbx: Sandbox) => {
   };
 };
 
+// Booted (template: false): these tests count the guest's SYNCs and RESUMEDs from a boot and
+// expect a full first generation; sandbox-template.test.ts covers sandboxes from a template.
 const bootOpts = (extra = '') => ({
+  template: false as const,
   vcpus: 1,
   memoryMiB: 64,
   boot: { kernel, timeoutMs: 15_000, cmdlineExtra: `testvm.agent_ready=1 testvm.count=1${extra ? ' ' + extra : ''}` },

@@ -63,7 +63,10 @@ async function settledBaseline(): Promise<number> {
   return last;
 }
 
+// Booted (template: false): these tests are about the boot path, its knock and the VMs it
+// leaves (a restore keeps VM shells ready); sandbox-template.test.ts covers templates.
 const bootOpts = (extra?: string, timeoutMs = bound(15_000)) => ({
+  template: false as const,
   vcpus: 1,
   memoryMiB: 64,
   boot: { kernel, timeoutMs, ...(extra !== undefined ? { cmdlineExtra: extra } : {}) },

@@ -3,9 +3,9 @@
 // layers, corrupt snapshots refused before any guest runs.
 import { spawn, spawnSync } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
-import { closeSync, mkdtempSync, openSync, readFileSync, readSync, rmSync, truncateSync, writeFileSync } from 'node:fs';
+import { closeSync, mkdtempSync, openSync, readdirSync, readFileSync, readSync, rmSync, statSync, truncateSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { join, relative } from 'node:path';
 
 import * as assert from 'uvu/assert';
 import { test } from 'uvu';
@@ -384,6 +384,78 @@ kvmTest('fork: 10 children and the parent diverge in memory and on disk', async 
   } finally {
     await m.stop();
     rmSync(dir, { recursive: true, force: true });
+    rmSync(base, { force: true });
+  }
+});
+
+/** Every file under `dir` with its size, mtime and inode: a directory nothing wrote into compares equal. */
+function stampsOf(dir: string): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const e of readdirSync(dir, { withFileTypes: true, recursive: true })) {
+    if (!e.isFile()) continue;
+    const p = join(e.parentPath ?? e.path, e.name);
+    const st = statSync(p);
+    out[p] = `${st.size}:${st.mtimeMs}:${st.ino}`;
+  }
+  return out;
+}
+
+kvmTest('restore({ into }): nothing written into the source; the first capture into `into` is a diff over its layers (absolute), and restores', async () => {
+  const src = tempDir();
+  const into = tempDir();
+  const base = join(src, '..', `${src.split('/').pop()}-into-base.img`);
+  writeFileSync(base, Buffer.alloc(0));
+  truncateSync(base, 8 * MiB);
+  const m = await bootTestvm({ memoryMiB: 32, disks: [{ base, overlay: join(src, 'live.overlay') }] });
+  try {
+    assert.match(await testvmCommand(m, 'blk-write 8 0x11110000 4', 'blk-write'), /^blk-write=ok/);
+    await m.snapshot(src, { stop: true });
+    rmSync(join(src, 'tops'), { recursive: true, force: true });
+    rmSync(join(src, 'live.overlay'), { force: true });
+    rmSync(join(src, 'live.overlay.map'), { force: true });
+    const before = stampsOf(src);
+    // Named relatively: the chain the machine keeps names the source's layers absolutely all the same.
+    const a = await Machine.restore(relative(process.cwd(), src), { into });
+    try {
+      assert.match(await testvmCommand(a, 'blk-verify 8 0x11110000 4', 'blk-verify'), /^blk-verify=ok/);
+      assert.match(await testvmCommand(a, 'blk-write 64 0x22220000 4', 'blk-write'), /^blk-write=ok/);
+      assert.match(await testvmCommand(a, 'mem-write 0x5151 16 0x1400000', 'mem-write'), /^mem-write=ok/);
+      const want = a.readGuest(0x1400000, 16 * 4096);
+      const r = await a.snapshot(into, { stop: true });
+      assert.is(r.generation, 1);
+      const manifest = JSON.parse(readFileSync(join(into, 'gen-1', 'manifest.json'), 'utf8'));
+      assert.is(manifest.memory.kind, 'diff');
+      assert.equal(manifest.layers, [join(src, 'gen-1', 'mem.layer'), 'gen-1/mem.layer']);
+      assert.ok(r.dirtyPages < 1024, `${r.dirtyPages} pages in the diff`);
+      assert.equal(stampsOf(src), before, 'nothing was written into the source directory');
+      // The sandbox's generation restores (its chain reaches into the source by absolute path).
+      const b = await Machine.restore(into);
+      try {
+        assert.equal(b.readGuest(0x1400000, 16 * 4096), want);
+        assert.match(await testvmCommand(b, 'blk-verify 8 0x11110000 4', 'blk-verify'), /^blk-verify=ok/);
+        assert.match(await testvmCommand(b, 'blk-verify 64 0x22220000 4', 'blk-verify'), /^blk-verify=ok/);
+        // And continues the chain there: the next capture is a diff over both.
+        const r2 = await b.snapshot(into, { stop: true });
+        const m2 = JSON.parse(readFileSync(join(into, 'gen-2', 'manifest.json'), 'utf8'));
+        assert.is(r2.generation, 2);
+        assert.equal(m2.layers, [join(src, 'gen-1', 'mem.layer'), 'gen-1/mem.layer', 'gen-2/mem.layer']);
+      } finally {
+        await b.stop();
+      }
+      // A changed source layer is refused (its identity no longer matches the diff's parent).
+      const layer = join(src, 'gen-1', 'mem.layer');
+      const bytes = readFileSync(layer);
+      bytes[100]! ^= 0xff; // inside the header page: its checksum
+      writeFileSync(layer, bytes);
+      const err = await Machine.restore(into).catch((e: unknown) => e);
+      assert.is((err as { code?: string }).code, 'SNAPSHOT_INVALID', String(err));
+    } finally {
+      await a.stop();
+    }
+  } finally {
+    await m.stop();
+    rmSync(src, { recursive: true, force: true });
+    rmSync(into, { recursive: true, force: true });
     rmSync(base, { force: true });
   }
 });

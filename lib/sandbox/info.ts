@@ -1,11 +1,15 @@
 // What Sandbox.getInfo / Sandbox.list report, from meta.json and the directory.
-import type { OnTimeout, ResumedFrom, SandboxMeta } from '../store/sandbox-dir.js';
+import type { CreatedFrom, OnTimeout, ResumedFrom, SandboxMeta } from '../store/sandbox-dir.js';
 import type { SandboxState } from './lifecycle.js';
 
 export interface SandboxInfo {
   sandboxId: string;
   state: SandboxState;
   template: string;
+  /** 'template': restored from the warm template (the first pause writes only what changed since);
+   *  'boot': booted (template: false, or the template could not be used: `bootReason`). */
+  createdFrom?: CreatedFrom;
+  bootReason?: string;
   metadata: Record<string, string>;
   cpuCount: number;
   memoryMiB: number;
@@ -40,6 +44,8 @@ export function infoOf(meta: SandboxMeta, state: SandboxState, ownerPid: number 
     generation,
     bytesOnDisk,
   };
+  if (meta.createdFrom) info.createdFrom = meta.createdFrom;
+  if (meta.bootReason) info.bootReason = meta.bootReason;
   if (meta.pausedAt) info.pausedAt = new Date(meta.pausedAt);
   if (meta.resumedAt) info.resumedAt = new Date(meta.resumedAt);
   if (meta.resumedFrom) info.resumedFrom = meta.resumedFrom;

@@ -35,7 +35,7 @@ export interface Running {
   machine: Machine;
   client: AgentClient;
   lock: OwnerLock;
-  /** Disk layers under the machine's top (relative to the directory): what the next pause adds to. */
+  /** Disk layers under the machine's top (relative to the directory; a template's absolute): what the next pause adds to. */
   diskLayers: string[];
   /** The network backend of this run (a sandbox created with a network). */
   network?: SandboxNetwork;
@@ -85,7 +85,7 @@ export async function resume(dir: SandboxDir, before: SandboxMeta, lock: OwnerLo
   let network: SandboxNetwork | undefined;
   let resumedFrom: ResumedFrom = 'memory';
   let resumeReason: string | undefined;
-  let diskLayers = (await dir.diskLayersAt(before, generation)).map((p) => relative(dir.path, p));
+  let diskLayers = (await dir.diskLayersAt(before, generation)).map((p) => dir.metaPathOf(p));
   try {
     if (generation === 0) resumeReason = 'no generation: the sandbox was never paused';
     else if (opts.onResume === 'reboot') resumeReason = "onResume: 'reboot'";
@@ -114,8 +114,12 @@ export async function resume(dir: SandboxDir, before: SandboxMeta, lock: OwnerLo
     if (!machine || !client) {
       resumedFrom = 'disk';
       // A sandbox never paused: its first top layer, as the dead owner's machine left it
-      // (crash-consistent), under a new top.
-      if (generation === 0 && existsSync(dir.firstOverlay)) diskLayers = [relative(dir.path, dir.firstOverlay)];
+      // (crash-consistent), under a new top; over the template's layers for a template sandbox.
+      if (generation === 0) {
+        if (before.createdFrom === 'template') await dir.adoptRestoreTop();
+        const first = relative(dir.path, dir.firstOverlay);
+        if (existsSync(dir.firstOverlay) && !diskLayers.includes(first)) diskLayers = [...diskLayers, first];
+      }
       const top = dir.bootTop(generation);
       await mkdir(dirname(top), { recursive: true });
       const netReady = startNetwork(before);
@@ -125,7 +129,7 @@ export async function resume(dir: SandboxDir, before: SandboxMeta, lock: OwnerLo
           cmdline: before.cmdline,
           vcpus: before.vcpus,
           memoryMiB: before.memoryMiB,
-          disks: [{ base: before.rootfs, frozen: diskLayers.map((p) => join(dir.path, p)), overlay: top }],
+          disks: [{ base: before.rootfs, frozen: diskLayers.map((p) => (p.startsWith('/') ? p : join(dir.path, p))), overlay: top }],
           vsockCid: GUEST_CID,
           vsockKnockPorts: [AGENT_KNOCK_PORT],
           consoleLog: dir.consoleLog,

@@ -8,8 +8,11 @@
 //
 // create(): validate options -> check this host can boot a Linux guest -> ensureArtifacts()
 // (kernel, root filesystem with the agent as /usr/sbin/torpor-agent) -> its directory
-// (lib/store/sandbox-dir.ts) with the owner lock taken -> a Machine with the root filesystem as
-// /dev/vda -> the agent's knock on vsock port 1023 (readiness.ts) -> vsock port 1024 -> HELLO.
+// (lib/store/sandbox-dir.ts) with the owner lock taken -> the warm template for its settings
+// restored into it (template-start.ts; the first create boots and captures the template) ->
+// RESUMED. Without a template (template: false, or one that cannot be used): a Machine with the
+// root filesystem as /dev/vda -> the agent's knock on vsock port 1023 (readiness.ts) -> vsock
+// port 1024 -> HELLO.
 // pause() / connect(): docs/sandbox-lifecycle.md. States and transitions: lifecycle.ts.
 import { existsSync } from 'node:fs';
 import { readFile, stat } from 'node:fs/promises';
@@ -27,7 +30,7 @@ import {
   type SandboxMeta,
 } from '../store/sandbox-dir.js';
 import { Machine } from '../vm/machine.js';
-import { type NetworkOptions, resolveNetwork } from '../net/options.js';
+import { type NetworkOptions, type ResolvedNetwork, resolveNetwork } from '../net/options.js';
 import { SandboxNetwork } from '../net/sandbox-network.js';
 import { createAgentApi } from './agent-api.js';
 import { syncGuest } from './guest-requests.js';
@@ -37,6 +40,8 @@ import { Lifecycle, SANDBOX_STATES, isSandboxState, type SandboxState } from './
 import { installSignalHandlers, registerRunning, unregisterRunning } from './process-exit.js';
 import { AGENT_KNOCK_PORT, GUEST_CID, awaitBootedAgent, awaitRestoredAgent } from './readiness.js';
 import { resume, type ConnectOpts, type Running } from './resume.js';
+import { startFromTemplate, type Started } from './template-start.js';
+import type { TemplateInputs } from './template.js';
 export type { ConnectOpts } from './resume.js';
 export type { SandboxInfo } from './info.js';
 export { GUEST_CID };
@@ -47,8 +52,13 @@ import type { Pty } from './pty.js';
 import { checkEnvs, checkInt, checkKnownKeys, checkObject, checkString, fail } from './validate.js';
 
 export interface SandboxOpts {
-  /** Template name; only the built-in 'base' exists so far. */
-  template?: string;
+  /**
+   * Template name; only the built-in 'base' exists so far. The sandbox continues from the warm
+   * template for its settings (kernel, root filesystem, command line, vCPUs, memory, network
+   * device or not), which the first create with those settings boots and captures once
+   * (docs/sandbox-lifecycle.md, "Templates"). false: boot the guest instead (a cold boot).
+   */
+  template?: string | false;
   /** Default 2. */
   vcpus?: number;
   /** Default 512. */
@@ -112,7 +122,7 @@ const EXIT_CAPTURE_TIMEOUT_MS = 2_000;
 function validate(opts: SandboxOpts): void {
   checkObject('opts', opts);
   checkKnownKeys('opts', opts, OPT_KEYS);
-  checkString('opts.template', opts.template, { nonEmpty: true });
+  if (opts.template !== false) checkString('opts.template', opts.template, { nonEmpty: true });
   checkInt('opts.vcpus', opts.vcpus, 1, 64);
   checkInt('opts.memoryMiB', opts.memoryMiB, 64, 256 * 1024);
   checkEnvs('opts.envs', opts.envs);
@@ -305,7 +315,8 @@ export class Sandbox implements AsyncDisposable {
 
   static async create(opts: SandboxOpts = {}): Promise<Sandbox> {
     validate(opts);
-    const template = opts.template ?? 'base';
+    const useTemplate = opts.template !== false;
+    const template = typeof opts.template === 'string' ? opts.template : 'base';
     if (template !== 'base') {
       throw new TemplateNotFoundError(`no template named ${JSON.stringify(template)}; only 'base' exists so far`);
     }
@@ -337,48 +348,49 @@ export class Sandbox implements AsyncDisposable {
       ...(netOpts ? { network: netOpts } : {}),
     };
 
+    const bootMs = opts.boot?.timeoutMs ?? 30_000;
+    const inputs: TemplateInputs = {
+      name: template,
+      kernel: meta.kernel,
+      rootfs: meta.rootfs,
+      cmdline: meta.cmdline,
+      vcpus: meta.vcpus,
+      memoryMiB: meta.memoryMiB,
+      net: netOpts !== false,
+    };
+
     // Every failure from here on stops what was started and removes the sandbox's directory.
     let lock: OwnerLock | undefined;
-    let machine: Machine | undefined;
-    let client: AgentClient | undefined;
-    let network: SandboxNetwork | undefined;
-    // passt starts while the machine is built; its failure is handled below, with the rest.
-    const netReady = netOpts ? SandboxNetwork.prepare(netOpts) : undefined;
-    netReady?.catch(() => undefined);
+    let started: Started | undefined;
     try {
       await dir.create();
       const taken = await takeOwnerLock(dir.lockPath);
       if (!taken.ok) throw SANDBOX_BUSY(dir.id, taken.ownerPid); // a fresh random id: cannot happen
       lock = taken.lock;
       await dir.writeMeta(meta);
-      // Built on the thread pool: the kernel file and KVM's VM setup never block the JS thread.
-      machine = await Machine.build({
-        kernel: artifacts.kernel,
-        cmdline: meta.cmdline,
-        vcpus: meta.vcpus,
-        memoryMiB: meta.memoryMiB,
-        disks: [{ base: artifacts.rootfs, overlay: dir.firstOverlay }],
-        vsockCid: GUEST_CID,
-        vsockKnockPorts: [AGENT_KNOCK_PORT],
-        consoleLog: dir.consoleLog,
-        ...(netMachine ? { net: netMachine.net } : {}),
-      });
-      if (netReady) {
-        network = await netReady;
-        network.attach(machine);
+      let bootReason = "template: false";
+      if (useTemplate) {
+        const r = await startFromTemplate(inputs, dir, netOpts, { bootMs, agentMs: bootMs });
+        if ('started' in r) started = r.started;
+        else bootReason = r.reason;
       }
-      await machine.start();
-      client = await awaitBootedAgent(machine, opts.boot?.timeoutMs ?? 30_000);
-      // The forwarded ports were being bound while the guest booted; getHost is good from here.
-      await network?.ready();
-      const running: SandboxMeta = { ...meta, state: 'running', ...(network ? { hostPorts: network.hostPortsRecord() } : {}) };
+      started ??= await bootMachine(dir, meta, netOpts, netMachine?.net, bootMs);
+      const { machine, client, network } = started;
+      const running: SandboxMeta = {
+        ...meta,
+        state: 'running',
+        ...(network ? { hostPorts: network.hostPortsRecord() } : {}),
+        ...(started.template
+          ? { createdFrom: 'template' as const, templateBuild: started.template.dir, diskLayers: started.diskLayers }
+          : { createdFrom: 'boot' as const, bootReason }),
+      };
       await dir.writeMeta(running);
-      return new Sandbox(dir, running, { machine, client, lock, diskLayers: [], ...(network ? { network } : {}) });
+      return new Sandbox(dir, running, { machine, client, lock, diskLayers: started.diskLayers, ...(network ? { network } : {}) });
     } catch (err) {
       // The client first: with reconnect on, a client left open would keep dialling a stopped machine.
-      await client?.close().catch(() => undefined);
-      await machine?.stop().catch(() => undefined);
-      await (network ?? (await netReady?.catch(() => undefined)))?.stop().catch(() => undefined);
+      await started?.client.close().catch(() => undefined);
+      await started?.machine.stop().catch(() => undefined);
+      await started?.network?.stop().catch(() => undefined);
       await dir.remove().catch(() => undefined);
       await lock?.release().catch(() => undefined);
       throw err;
@@ -724,6 +736,54 @@ export class Sandbox implements AsyncDisposable {
 
   async [Symbol.asyncDispose](): Promise<void> {
     await this.kill();
+  }
+}
+
+/**
+ * A cold boot (template: false, or no template could be used): the root filesystem under the
+ * sandbox's first overlay, the agent's knock. Its network backend starts while the machine is
+ * built. Cleans up after itself on failure.
+ */
+async function bootMachine(
+  dir: SandboxDir,
+  meta: SandboxMeta,
+  netOpts: ResolvedNetwork | false,
+  net: { mac: string } | undefined,
+  bootMs: number,
+): Promise<Started> {
+  let machine: Machine | undefined;
+  let client: AgentClient | undefined;
+  let network: SandboxNetwork | undefined;
+  // passt starts while the machine is built; its failure is handled below, with the rest.
+  const netReady = netOpts ? SandboxNetwork.prepare(netOpts) : undefined;
+  netReady?.catch(() => undefined);
+  try {
+    // Built on the thread pool: the kernel file and KVM's VM setup never block the JS thread.
+    machine = await Machine.build({
+      kernel: meta.kernel,
+      cmdline: meta.cmdline,
+      vcpus: meta.vcpus,
+      memoryMiB: meta.memoryMiB,
+      disks: [{ base: meta.rootfs, overlay: dir.firstOverlay }],
+      vsockCid: GUEST_CID,
+      vsockKnockPorts: [AGENT_KNOCK_PORT],
+      consoleLog: dir.consoleLog,
+      ...(net ? { net } : {}),
+    });
+    if (netReady) {
+      network = await netReady;
+      network.attach(machine);
+    }
+    await machine.start();
+    client = await awaitBootedAgent(machine, bootMs);
+    // The forwarded ports were being bound while the guest booted; getHost is good from here.
+    await network?.ready();
+    return { machine, client, diskLayers: [], ...(network ? { network } : {}) };
+  } catch (err) {
+    await client?.close().catch(() => undefined);
+    await machine?.stop().catch(() => undefined);
+    await (network ?? (await netReady?.catch(() => undefined)))?.stop().catch(() => undefined);
+    throw err;
   }
 }
 

@@ -21,6 +21,8 @@ import { homeLayout, torporHome } from './home.js';
 
 export type OnTimeout = 'pause' | 'kill';
 export type ResumedFrom = 'memory' | 'disk';
+/** How a sandbox's machine first came up: restored from a warm template, or booted. */
+export type CreatedFrom = 'template' | 'boot';
 
 export interface SandboxMeta {
   id: string;
@@ -44,8 +46,14 @@ export interface SandboxMeta {
   generation?: number;
   pausedAt?: string;
   /** Disk layers (relative to the directory, oldest first) under the current top; with
-   *  `generation`, the disk that generation froze. */
+   *  `generation`, the disk that generation froze. A sandbox made from a template starts with
+   *  the template's frozen layers, by absolute path under TORPOR_HOME/templates/. */
   diskLayers?: string[];
+  createdFrom?: CreatedFrom;
+  /** The template build it was restored from (absolute; createdFrom 'template'). */
+  templateBuild?: string;
+  /** Why it was booted although templates were on (createdFrom 'boot'). */
+  bootReason?: string;
   resumedAt?: string;
   resumedFrom?: ResumedFrom;
   /** Why the last resume booted from disk. */
@@ -81,8 +89,9 @@ const isStrMap = (v: unknown): v is Record<string, string> =>
   typeof v === 'object' && v !== null && !Array.isArray(v) && Object.values(v).every(isStr);
 const isPosInt = (v: unknown): v is number => typeof v === 'number' && Number.isInteger(v) && v > 0;
 
-/** Checks meta.json's shape (required fields and the types of optional ones). */
-export function parseMeta(text: string, path: string): SandboxMeta {
+/** Checks meta.json's shape (required fields and the types of optional ones). `templatesRoot`:
+ *  where absolute disk layers may lie (a template's); without it only relative ones pass. */
+export function parseMeta(text: string, path: string, templatesRoot?: string): SandboxMeta {
   let m: Record<string, unknown>;
   try {
     m = JSON.parse(text) as Record<string, unknown>;
@@ -106,10 +115,13 @@ export function parseMeta(text: string, path: string): SandboxMeta {
   }
   if (m.resumedFrom !== undefined && m.resumedFrom !== 'memory' && m.resumedFrom !== 'disk') throw badMeta(path, 'resumedFrom is malformed');
   if (m.diskLayers !== undefined) {
-    if (!Array.isArray(m.diskLayers) || !m.diskLayers.every((p) => isStr(p) && isPlainRelative(p))) {
-      throw badMeta(path, 'diskLayers must be relative paths inside the sandbox directory');
+    if (!Array.isArray(m.diskLayers) || !m.diskLayers.every((p) => isStr(p) && (isPlainRelative(p) || isTemplateLayer(p, templatesRoot)))) {
+      throw badMeta(path, 'diskLayers must be relative paths inside the sandbox directory (or a template\'s layers)');
     }
   }
+  if (m.createdFrom !== undefined && m.createdFrom !== 'template' && m.createdFrom !== 'boot') throw badMeta(path, 'createdFrom is malformed');
+  if (m.templateBuild !== undefined && !(isStr(m.templateBuild) && isTemplateLayer(m.templateBuild, templatesRoot))) throw badMeta(path, 'templateBuild is malformed');
+  if (m.bootReason !== undefined && !isStr(m.bootReason)) throw badMeta(path, 'bootReason is not a string');
   const lost = m.lostInterval as { from?: unknown; to?: unknown } | undefined;
   if (lost !== undefined && (typeof lost !== 'object' || lost === null || !isStr(lost.from) || !isStr(lost.to))) {
     throw badMeta(path, 'lostInterval is malformed');
@@ -136,6 +148,11 @@ function isPlainRelative(p: string): boolean {
   return p.length > 0 && !p.startsWith('/') && !p.split('/').includes('..') && !p.includes('\0');
 }
 
+/** An absolute path inside the templates directory (a template build's layer). */
+function isTemplateLayer(p: string, templatesRoot: string | undefined): boolean {
+  return templatesRoot !== undefined && p.startsWith(templatesRoot + '/') && isPlainRelative(p.slice(templatesRoot.length + 1));
+}
+
 async function fsyncPath(path: string, flags = 'r'): Promise<void> {
   const fh = await open(path, flags);
   try {
@@ -147,6 +164,8 @@ async function fsyncPath(path: string, flags = 'r'): Promise<void> {
 
 export class SandboxDir {
   readonly path: string;
+  /** Where the templates its disk may start from lie. */
+  readonly templatesRoot: string;
 
   constructor(
     readonly id: string,
@@ -154,6 +173,7 @@ export class SandboxDir {
   ) {
     checkSandboxId(id);
     this.path = join(homeLayout(home).sandboxes, id);
+    this.templatesRoot = homeLayout(home).templates;
   }
 
   get metaPath(): string {
@@ -199,7 +219,7 @@ export class SandboxDir {
       }
       throw err;
     }
-    const meta = parseMeta(text, this.metaPath);
+    const meta = parseMeta(text, this.metaPath, this.templatesRoot);
     if (meta.id !== this.id) throw badMeta(this.metaPath, `it names ${meta.id}`);
     return meta;
   }
@@ -251,17 +271,23 @@ export class SandboxDir {
 
   /**
    * The disk as generation `generation` froze it: the layers recorded in meta.json for its
-   * generation, then the layers of any later generation up to `generation` (a pause whose
-   * meta.json update did not happen). Paths are absolute, oldest first.
+   * generation (or, never paused, its template's), then the layers of any later generation up
+   * to `generation` (a pause whose meta.json update did not happen). Paths are absolute,
+   * oldest first.
    */
   async diskLayersAt(meta: SandboxMeta, generation: number): Promise<string[]> {
     const recorded = meta.generation !== undefined && meta.generation <= generation ? meta.generation : 0;
-    const layers = recorded ? [...(meta.diskLayers ?? [])] : [];
+    const layers = recorded || meta.generation === undefined ? [...(meta.diskLayers ?? [])] : [];
     for (let g = recorded + 1; g <= generation; g++) {
       const p = `snapshots/gen-${g}/disk0.overlay`;
       if (await stat(join(this.path, p)).then(() => true, () => false)) layers.push(p);
     }
-    return layers.map((p) => join(this.path, p));
+    return layers.map((p) => (p.startsWith('/') ? p : join(this.path, p)));
+  }
+
+  /** A layer path as meta.json records it: relative inside the directory, else absolute (a template's). */
+  metaPathOf(p: string): string {
+    return p.startsWith(this.path + '/') ? p.slice(this.path.length + 1) : p;
   }
 
   /** Bytes the directory takes on disk (allocated blocks; a file linked twice counts once). */
@@ -293,6 +319,22 @@ export class SandboxDir {
     await rm(join(this.snapshots, 'tops'), { recursive: true, force: true });
     if (diskLayers.includes('overlay')) return;
     for (const p of [this.firstOverlay, `${this.firstOverlay}.map`]) await unlink(p).catch(() => undefined);
+  }
+
+  /**
+   * A template sandbox never paused, whose owner died: the disk top its restore wrote (under
+   * snapshots/tops/, named by the addon `disk0-r<gen>-<pid>-<n>.overlay`) becomes the first
+   * overlay, as a booted sandbox's is, so the boot from disk has its writes (crash-consistent).
+   * Does nothing unless there is exactly one such top and no first overlay yet.
+   */
+  async adoptRestoreTop(): Promise<void> {
+    if (await lstat(this.firstOverlay).then(() => true, () => false)) return;
+    const tops = join(this.snapshots, 'tops');
+    const names = (await readdir(tops).catch(() => [] as string[])).filter((n) => /^disk0-r\d+-\d+-\d+\.overlay$/.test(n));
+    if (names.length !== 1) return;
+    await rename(join(tops, names[0]!), this.firstOverlay);
+    await rename(join(tops, `${names[0]!}.map`), `${this.firstOverlay}.map`).catch(() => undefined);
+    await fsyncPath(this.path);
   }
 
   async remove(): Promise<void> {

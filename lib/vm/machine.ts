@@ -87,6 +87,13 @@ export interface RestoreOptions {
   state?: 'running' | 'paused';
   /** Knock ports of the restored machine (as MachineOptions.vsockKnockPorts; a snapshot keeps none). */
   vsockKnockPorts?: number[];
+  /**
+   * Continue in another directory (a sandbox's own, restored from a read-only template): the
+   * restored machine's disk top layers go under `into`, nothing is written into `dir`, and the
+   * machine's snapshots go on in `into` as if it held its generation 0: the first snapshot(into)
+   * writes a diff over `dir`'s memory layers, which its generations name by absolute path.
+   */
+  into?: string;
 }
 
 export interface MachineEvents {
@@ -233,15 +240,16 @@ export class Machine extends EventEmitter<MachineEvents> {
     const want = opts.state ?? 'running';
     if (want !== 'running' && want !== 'paused') throw new InvalidArgumentError(`state must be 'running' or 'paused'`);
     const knockPorts = opts.vsockKnockPorts === undefined ? undefined : checkKnockPorts(opts.vsockKnockPorts);
+    const into = checkString('into', opts.into, false);
     let onEvent: ((ev: NativeMachineEvent) => void) | undefined;
-    const native = await loadNative().restoreMachine(dir, (ev) => onEvent?.(ev));
+    const native = await loadNative().restoreMachine(dir, (ev) => onEvent?.(ev), into);
     const m = new Machine({
       restore: (handler) => {
         onEvent = handler;
         return native;
       },
     });
-    m.#snapshotDir = dir;
+    m.#snapshotDir = into ?? dir;
     if (knockPorts) m.#native.setVsockKnockPorts(knockPorts);
     await m.#native.start(want === 'paused');
     return m;

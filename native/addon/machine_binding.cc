@@ -325,8 +325,13 @@ Napi::Value MachineWrap::restore_machine(const Napi::CallbackInfo& info) {
     if (!info[0].IsString()) throw Error(code::kInvalidArgument, "restoreMachine: dir must be a string");
     if (!info[1].IsFunction()) throw Error(code::kInvalidArgument, "onEvent must be a function");
     std::string dir = info[0].As<Napi::String>().Utf8Value();
+    std::string into;
+    if (info.Length() > 2 && !info[2].IsUndefined()) {
+      if (!info[2].IsString()) throw Error(code::kInvalidArgument, "restoreMachine: into must be a string");
+      into = info[2].As<Napi::String>().Utf8Value();
+    }
     return queue_build(env, info[1].As<Napi::Function>(),
-                       [dir](Machine::Callbacks cb) { return Machine::restore(dir, std::move(cb)); });
+                       [dir, into](Machine::Callbacks cb) { return Machine::restore(dir, std::move(cb), into); });
   });
 }
 

@@ -76,7 +76,7 @@ struct ExitReason {
 // What machine.capture() wrote.
 struct CaptureResult {
   uint64_t generation = 0;
-  uint64_t bytes = 0;        // bytes written (memory layer, state file, disk layers)
+  uint64_t bytes = 0;        // bytes written (memory layer, state file, disk layers as allocated: they are sparse)
   uint64_t dirty_pages = 0;  // pages written since the previous generation (all of RAM's nonzero pages for a full layer)
   bool full_layer = false;
   double captured_ms = 0;    // state and dirty pages read (the machine could continue from here)
@@ -133,7 +133,11 @@ class Machine final : private VcpuHost {
   // (validated before KVM is touched: SNAPSHOT_INVALID, SNAPSHOT_INCOMPATIBLE).
   // Guest RAM maps the bottom memory layer MAP_PRIVATE and reads the diffs
   // into place. Nothing runs until start(). Blocking: not on the JS thread.
-  static std::unique_ptr<Machine> restore(const std::string& dir, Callbacks callbacks);
+  // `into` (another directory, e.g. a sandbox's from a read-only template):
+  // the machine's disk tops go there and it continues as if `into` held its
+  // generation 0 (its chain names dir's layers by absolute path), so its
+  // first capture into `into` is a diff. Nothing is written into `dir`.
+  static std::unique_ptr<Machine> restore(const std::string& dir, Callbacks callbacks, const std::string& into = {});
   // Writes a new generation into `dir` (generation directory, fsynced, then
   // `current` switched atomically). The machine must be Paused (vCPUs out of
   // KVM_RUN, devices quiesced) and stays so. A full memory layer the first
@@ -222,7 +226,7 @@ class Machine final : private VcpuHost {
 
  private:
   Machine(const MachineConfig& cfg, Callbacks callbacks, RestorePlan* plan);
-  static std::unique_ptr<Machine> restore_from(const std::string& dir, Callbacks callbacks);
+  static std::unique_ptr<Machine> restore_from(const std::string& dir, Callbacks callbacks, const std::string& into);
   CaptureResult capture_locked(const std::string& dir, const std::function<void()>& on_captured);
   void load_state(RestorePlan& plan);
   void vcpu_pio(uint16_t port, uint8_t* data, size_t len, bool is_write) override;
@@ -314,7 +318,7 @@ class Machine final : private VcpuHost {
   std::vector<uint64_t> dirty_;          // pages written since the last generation (linear page index)
   std::vector<uint8_t> capture_buf_;     // dirty pages copied out by the last captures (reused)
   std::string snapshot_dir_;             // where the last generation was written or read
-  std::vector<std::string> mem_chain_;   // its memory layers, bottom first, relative to snapshot_dir_
+  std::vector<std::string> mem_chain_;   // its memory layers, bottom first, relative to snapshot_dir_ (or absolute)
   uint64_t generation_ = 0;
   bool restored_ = false;
   // A merge of the memory chain running off the capture path (at most one).

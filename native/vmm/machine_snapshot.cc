@@ -9,7 +9,9 @@
 // leaves the previous generation whole.
 //
 // Body: "torpor-machine" v1 | machine spec | u64 generation | memory chain
-// (relative paths, bottom first) | VM state | vCPU states | device states.
+// (bottom first; relative to the directory, or absolute for the layers of
+// another directory a machine was restored from, snapshot/layer_path.h) |
+// VM state | vCPU states | device states.
 #include "vmm/machine_snapshot.h"
 
 #include <fcntl.h>
@@ -29,6 +31,7 @@
 #include "devices/virtio/blk/blk_device.h"
 #include "devices/virtio/blk/overlay_disk.h"
 #include "snapshot/envelope.h"
+#include "snapshot/layer_path.h"
 #include "vmm/fingerprint_probe.h"
 #include "vmm/machine.h"
 #include "vmm/machine_spec.h"
@@ -107,10 +110,10 @@ uint64_t current_generation(const std::string& dir) {
 
 std::string gen_name(uint64_t n) { return "gen-" + std::to_string(n); }
 
-// A layer path from the state file: relative, inside dir, no "..".
+// A disk layer path from the state file: relative, inside dir, no "..".
 void check_relative(const std::string& p) {
   if (p.empty() || p.front() == '/' || p.find("..") != std::string::npos || p.find('\0') != std::string::npos)
-    StateReader::fail("memory layer path '" + p + "' is not a plain relative path");
+    StateReader::fail("disk layer path '" + p + "' is not a plain relative path");
 }
 
 // anonymous: RAM is MAP_ANONYMOUS (a booted machine), not a layer file mapped
@@ -195,6 +198,12 @@ uint64_t file_bytes(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
 }
 
+// What a sparse file takes on disk (a disk overlay's apparent size is the whole disk's).
+uint64_t allocated_bytes(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_blocks) * 512 : 0;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- capture
@@ -256,7 +265,7 @@ std::vector<std::pair<std::string, std::vector<uint8_t>>> Machine::snapshot_part
   in.u64();
   uint32_t len = in.u32();
   if (len > kMaxChain) StateReader::fail("bad memory chain length");
-  for (uint32_t i = 0; i < len; i++) in.str(256);
+  for (uint32_t i = 0; i < len; i++) check_layer_path(in.str(kMaxLayerPath));
   x86::StateParts parts;
   x86::describe_vm(in, parts);
   uint32_t vcpus = in.u32();
@@ -281,7 +290,7 @@ void Machine::start_chain_merge() {
   job->layers = mem_chain_.size();
   job->merged = "layers/merged-" + std::to_string(generation_) + "-" + std::to_string(::getpid()) + ".layer";
   std::vector<std::string> paths;
-  for (const auto& p : mem_chain_) paths.push_back(snapshot_dir_ + "/" + p);
+  for (const auto& p : mem_chain_) paths.push_back(resolve_layer_path(snapshot_dir_, p));
   uint64_t ram_bytes = ram_->size();
   ChainMerge* j = job.get();
   try {
@@ -406,7 +415,7 @@ CaptureResult Machine::capture_locked(const std::string& dir, const std::functio
     // old path; root is not stopped by it, the docs say not to reuse the path).
     ::chmod((tmp + name).c_str(), 0444);
     ::chmod(OverlayDisk::map_path(tmp + name).c_str(), 0444);
-    disk_bytes += file_bytes(tmp + name) + file_bytes(OverlayDisk::map_path(tmp + name));
+    disk_bytes += allocated_bytes(tmp + name) + allocated_bytes(OverlayDisk::map_path(tmp + name));
     f.new_top = new_top_path(dir, f.disk, "g", res.generation);
     if (int rc = virtio_blk_push_overlay(dev, f.new_top); rc < 0)
       throw_sys_error(code::kIo, "new top layer for disk " + std::to_string(f.disk), -rc);
@@ -444,7 +453,7 @@ CaptureResult Machine::capture_locked(const std::string& dir, const std::functio
 
   // --- durable
   if (diff) {
-    std::string parent = layer_identity(dir + "/" + mem_chain_.back());
+    std::string parent = layer_identity(resolve_layer_path(dir, mem_chain_.back()));
     layer = write_diff_layer(tmp + "/mem.layer", ram_->size(), parent, pages);
     res.dirty_pages = pages.size();
   } else {
@@ -491,19 +500,27 @@ void restore_ram(GuestRam& ram, RestorePlan& plan) {
   plan.memory->apply_diffs(ram_regions(ram.memory(), false));
 }
 
-std::unique_ptr<Machine> Machine::restore(const std::string& dir, Callbacks callbacks) {
+std::unique_ptr<Machine> Machine::restore(const std::string& dir, Callbacks callbacks, const std::string& into) {
   try {
-    return restore_from(dir, std::move(callbacks));
+    return restore_from(dir, std::move(callbacks), into);
   } catch (const fs::filesystem_error& e) {
     throw Error(code::kIo, std::string("restore from ") + dir + ": " + e.what(), e.code().value());
   }
 }
 
-std::unique_ptr<Machine> Machine::restore_from(const std::string& dir, Callbacks callbacks) {
+std::unique_ptr<Machine> Machine::restore_from(const std::string& dir, Callbacks callbacks, const std::string& into) {
   const uint64_t n = current_generation(dir);
   if (n == 0) throw Error(code::kSnapshotInvalid, dir + " holds no snapshot (no 'current')");
+  // Restored into another directory: nothing is written into `dir` (new disk
+  // tops go under `into`), the chain keeps dir's layers by absolute path, and
+  // the machine continues as if `into` held its generation 0, so its first
+  // capture there is a diff over them.
+  const bool elsewhere = !into.empty() && into != dir;
+  const std::string home = elsewhere ? into : dir;
+  // dir's layers as the machine keeps them: absolute when it continues elsewhere.
+  const std::string src = elsewhere ? fs::absolute(dir).lexically_normal().string() : dir;
   auto plan = std::make_unique<RestorePlan>();
-  plan->dir = dir;
+  plan->dir = home;
   {
     // The fingerprint check needs this host's KVM; nothing else is touched yet.
     KvmSystem sys("/dev/kvm");
@@ -523,15 +540,15 @@ std::unique_ptr<Machine> Machine::restore_from(const std::string& dir, Callbacks
     if (len == 0 || len > kMaxChain) StateReader::fail("bad memory chain length");
     std::vector<std::string> paths;
     for (uint32_t i = 0; i < len; i++) {
-      std::string p = in.str(256);
-      check_relative(p);
-      plan->chain.push_back(p);
-      paths.push_back(dir + "/" + p);
+      std::string p = in.str(kMaxLayerPath);
+      paths.push_back(resolve_layer_path(src, p));
+      plan->chain.push_back(elsewhere ? paths.back() : p);
     }
+    if (elsewhere) plan->generation = 0;
     for (size_t i = 0; i < spec.config.disks.size(); i++) {
       BlkOptions& d = spec.config.disks[i];
-      for (auto& p : d.frozen_overlays) p = path_from_state(dir, p);
-      if (!d.read_only) d.overlay_path = new_top_path(dir, i, "r", n);
+      for (auto& p : d.frozen_overlays) p = path_from_state(src, p);
+      if (!d.read_only) d.overlay_path = new_top_path(home, i, "r", n);
     }
     uint64_t ram_bytes = spec.config.memory_mib * x86::kMiB;
     plan->memory = std::make_unique<MemoryChain>(MemoryChain::open(paths, ram_bytes));

@@ -17,7 +17,7 @@ namespace torpor {
 struct RestorePlan {
   std::string dir;
   uint64_t generation = 0;
-  std::vector<std::string> chain;  // memory layers, relative to dir, bottom first
+  std::vector<std::string> chain;  // memory layers, bottom first: relative to dir, or absolute
   std::unique_ptr<MemoryChain> memory;
   std::vector<uint8_t> body;
   std::unique_ptr<StateReader> in;  // over body, after the spec and the chain
