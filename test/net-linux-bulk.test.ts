@@ -1,5 +1,5 @@
 // A guest `python3 -m http.server` fetched from the host through a forwarded port
-// (sbx.getHost), 16 MiB with its sha256: the guest's side of a bulk transfer through the device,
+// (sbx.getHost), 64 MiB with its sha256 (TORPOR_BULK_MIB: 1024 on a hardware host): the guest's side of a bulk transfer through the device,
 // the stream backend and passt (docs/network.md). Run it alone:
 //   flock /tmp/nested.lock npm run test:linux -- "node --import tsx node_modules/uvu/bin.js test 'net-linux-bulk\.test\.ts$'"
 import { createHash } from 'node:crypto';
@@ -36,9 +36,11 @@ async function fetchCounting(url: string, ms: number): Promise<{ bytes?: Buffer;
   }
 }
 
-maybe('a guest http.server is fetched from the host through getHost(port), 16 MiB with its sha256', async () => {
+const MIB = Number(process.env.TORPOR_BULK_MIB ?? 64);
+
+maybe(`a guest http.server is fetched from the host through getHost(port), ${MIB} MiB with its sha256`, async () => {
   await using sbx = await Sandbox.create({ boot, network: { ports: [8080] } });
-  await sbx.commands.run('mkdir -p /tmp/srv && head -c 16777216 /dev/urandom > /tmp/srv/blob');
+  await sbx.commands.run(`mkdir -p /tmp/srv && head -c ${MIB << 20} /dev/urandom > /tmp/srv/blob`);
   const guestSum = (await sbx.commands.run('sha256sum /tmp/srv/blob')).stdout.split(' ')[0];
   await sbx.commands.run(['python3', '-m', 'http.server', '8080', '--directory', '/tmp/srv'], { background: true });
   const host = sbx.getHost(8080);
@@ -56,9 +58,9 @@ maybe('a guest http.server is fetched from the host through getHost(port), 16 Mi
   assert.match(listing, /blob/, 'the guest server answered through the forwarded port');
   // Then the transfer, bounded as a whole (a stall fails the test instead of hanging the suite).
   const got = await fetchCounting(`http://${host}/blob`, 300_000);
-  assert.ok(got.bytes, `the 16 MiB transfer completed (${got.count} bytes arrived; ${got.error})`);
+  assert.ok(got.bytes, `the ${MIB} MiB transfer completed (${got.count} bytes arrived; ${got.error})`);
   const bytes = got.bytes;
-  assert.is(bytes!.length, 16 << 20);
+  assert.is(bytes!.length, MIB << 20);
   assert.is(createHash('sha256').update(bytes!).digest('hex'), guestSum);
 });
 
