@@ -11,12 +11,38 @@
 //   transport reset (native/devices/virtio/vsock/README.md), so one connect is enough.
 import { GuestUnresponsiveError, TorporError } from '../errors.js';
 import { AgentClient } from '../agent/client.js';
-import type { Machine } from '../vm/machine.js';
+import type { Machine, MachineDisk, MachineOptions } from '../vm/machine.js';
 
 export const AGENT_VSOCK_PORT = 1024;
 /** The host port the agent knocks on once it listens (docs/protocol.md); give it to the machine as a knock port. */
 export const AGENT_KNOCK_PORT = 1023;
 export const GUEST_CID = 3;
+
+/** What a sandbox's guest is booted with (a sandbox's meta.json, a template's inputs). */
+export interface GuestSpec {
+  kernel: string;
+  cmdline: string;
+  vcpus: number;
+  memoryMiB: number;
+}
+
+/**
+ * Machine.build's options for a sandbox guest whose agent awaitBootedAgent waits for: its vsock
+ * CID and the knock port, over `spec`, with its one disk and the rest (console log, network).
+ * One recipe for every path that boots one: a create, a template's build, a boot from disk.
+ */
+export function guestMachineOptions(spec: GuestSpec, disk: MachineDisk, extra: Pick<MachineOptions, 'consoleLog' | 'net'> = {}): MachineOptions {
+  return {
+    kernel: spec.kernel,
+    cmdline: spec.cmdline,
+    vcpus: spec.vcpus,
+    memoryMiB: spec.memoryMiB,
+    disks: [disk],
+    vsockCid: GUEST_CID,
+    vsockKnockPorts: [AGENT_KNOCK_PORT],
+    ...extra,
+  };
+}
 
 /** A freshly booted guest (started with vsockKnockPorts: [AGENT_KNOCK_PORT]): waits for the agent's knock, then connects. */
 export async function awaitBootedAgent(machine: Machine, timeoutMs: number): Promise<AgentClient> {

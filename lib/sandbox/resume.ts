@@ -15,7 +15,7 @@ import type { OwnerLock } from '../store/owner-lock.js';
 import type { ResumedFrom, SandboxDir, SandboxMeta } from '../store/sandbox-dir.js';
 import { Machine } from '../vm/machine.js';
 import { sendResumed } from './guest-requests.js';
-import { AGENT_KNOCK_PORT, GUEST_CID, awaitBootedAgent, awaitRestoredAgent } from './readiness.js';
+import { awaitBootedAgent, awaitRestoredAgent, guestMachineOptions } from './readiness.js';
 
 /** How long RESUMED may take (the guest already answered the rendezvous: generous). */
 export const RESUMED_TIMEOUT_MS = 30_000;
@@ -124,17 +124,13 @@ export async function resume(dir: SandboxDir, before: SandboxMeta, lock: OwnerLo
       await mkdir(dirname(top), { recursive: true });
       const netReady = startNetwork(before);
       try {
-        machine = await Machine.build({
-          kernel: before.kernel,
-          cmdline: before.cmdline,
-          vcpus: before.vcpus,
-          memoryMiB: before.memoryMiB,
-          disks: [{ base: before.rootfs, frozen: diskLayers.map((p) => (p.startsWith('/') ? p : join(dir.path, p))), overlay: top }],
-          vsockCid: GUEST_CID,
-          vsockKnockPorts: [AGENT_KNOCK_PORT],
-          consoleLog: dir.consoleLog,
-          ...(before.network ? { net: SandboxNetwork.machineOptions(before.id).net } : {}),
-        });
+        machine = await Machine.build(
+          guestMachineOptions(
+            before,
+            { base: before.rootfs, frozen: diskLayers.map((p) => (p.startsWith('/') ? p : join(dir.path, p))), overlay: top },
+            { consoleLog: dir.consoleLog, ...(before.network ? { net: SandboxNetwork.machineOptions(before.id).net } : {}) },
+          ),
+        );
         if (netReady) {
           network = await netReady;
           network.attach(machine);

@@ -38,7 +38,7 @@ import { infoOf, type SandboxInfo } from './info.js';
 import { IdleTimer } from './idle-timer.js';
 import { Lifecycle, SANDBOX_STATES, isSandboxState, type SandboxState } from './lifecycle.js';
 import { installSignalHandlers, registerRunning, unregisterRunning } from './process-exit.js';
-import { AGENT_KNOCK_PORT, GUEST_CID, awaitBootedAgent, awaitRestoredAgent } from './readiness.js';
+import { GUEST_CID, awaitBootedAgent, awaitRestoredAgent, guestMachineOptions } from './readiness.js';
 import { resume, type ConnectOpts, type Running } from './resume.js';
 import { startFromTemplate, type Started } from './template-start.js';
 import type { TemplateInputs } from './template.js';
@@ -759,17 +759,9 @@ async function bootMachine(
   netReady?.catch(() => undefined);
   try {
     // Built on the thread pool: the kernel file and KVM's VM setup never block the JS thread.
-    machine = await Machine.build({
-      kernel: meta.kernel,
-      cmdline: meta.cmdline,
-      vcpus: meta.vcpus,
-      memoryMiB: meta.memoryMiB,
-      disks: [{ base: meta.rootfs, overlay: dir.firstOverlay }],
-      vsockCid: GUEST_CID,
-      vsockKnockPorts: [AGENT_KNOCK_PORT],
-      consoleLog: dir.consoleLog,
-      ...(net ? { net } : {}),
-    });
+    machine = await Machine.build(
+      guestMachineOptions(meta, { base: meta.rootfs, overlay: dir.firstOverlay }, { consoleLog: dir.consoleLog, ...(net ? { net } : {}) }),
+    );
     if (netReady) {
       network = await netReady;
       network.attach(machine);

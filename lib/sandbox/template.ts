@@ -25,12 +25,13 @@ import type { AgentClient } from '../agent/client.js';
 import { TorporError } from '../errors.js';
 import { macFor, type ResolvedNetwork } from '../net/options.js';
 import { SandboxNetwork } from '../net/sandbox-network.js';
+import { fsyncPath } from '../store/fsync.js';
 import { homeLayout, torporHome } from '../store/home.js';
 import { acquireLock } from '../store/lock.js';
 import { Machine } from '../vm/machine.js';
 import { createAgentApi } from './agent-api.js';
 import { syncGuest } from './guest-requests.js';
-import { AGENT_KNOCK_PORT, GUEST_CID, awaitBootedAgent } from './readiness.js';
+import { awaitBootedAgent, guestMachineOptions } from './readiness.js';
 
 /** What a template is booted with: the inputs its key hashes. */
 export interface TemplateInputs {
@@ -125,15 +126,6 @@ async function readBuild(root: string, name: string, key: string): Promise<Templ
   return { name, key, dir, diskLayers: layers.map((p: string) => join(dir, p)), mac: record.mac };
 }
 
-async function fsyncDir(path: string): Promise<void> {
-  const fh = await open(path, 'r');
-  try {
-    await fh.sync();
-  } finally {
-    await fh.close();
-  }
-}
-
 /** Files of a finished build: read-only for everyone (a sign; the loader checks them anyway). */
 async function freeze(dir: string): Promise<void> {
   for (const entry of await readdir(dir, { withFileTypes: true })) {
@@ -158,16 +150,7 @@ async function build(inputs: TemplateInputs, root: string, key: string, bootTime
   const netReady = inputs.net ? SandboxNetwork.prepare(BUILD_NETWORK) : undefined;
   netReady?.catch(() => undefined);
   try {
-    machine = await Machine.build({
-      kernel: inputs.kernel,
-      cmdline: inputs.cmdline,
-      vcpus: inputs.vcpus,
-      memoryMiB: inputs.memoryMiB,
-      disks: [{ base: inputs.rootfs, overlay: join(tmp, 'overlay') }],
-      vsockCid: GUEST_CID,
-      vsockKnockPorts: [AGENT_KNOCK_PORT],
-      ...(inputs.net ? { net: { mac } } : {}),
-    });
+    machine = await Machine.build(guestMachineOptions(inputs, { base: inputs.rootfs, overlay: join(tmp, 'overlay') }, inputs.net ? { net: { mac } } : {}));
     if (netReady) {
       network = await netReady;
       network.attach(machine);
@@ -188,9 +171,9 @@ async function build(inputs: TemplateInputs, root: string, key: string, bootTime
     const record = { name: inputs.name, key, createdAt: new Date().toISOString(), inputs, diskLayers: ['gen-1/disk0.overlay'], mac };
     await writeFile(join(tmp, 'template.json'), JSON.stringify(record, null, 2) + '\n');
     await freeze(tmp);
-    await fsyncDir(tmp);
+    await fsyncPath(tmp);
     await rename(tmp, join(root, buildName));
-    await fsyncDir(root);
+    await fsyncPath(root);
     return buildName;
   } catch (err) {
     await client?.close().catch(() => undefined);
@@ -217,7 +200,7 @@ async function switchCurrent(root: string, buildName: string): Promise<void> {
     await fh.close();
   }
   await rename(tmp, join(root, 'current'));
-  await fsyncDir(root);
+  await fsyncPath(root);
 }
 
 /**

@@ -10,12 +10,13 @@
 // is moved aside and rebuilt as new files, never handed to a VMM; a machine
 // still holding the old files open keeps them (unlinked, not rewritten).
 import { randomBytes } from 'node:crypto';
-import { chmod, lstat, mkdir, open, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { chmod, lstat, mkdir, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 
 import { TorporError } from '../errors.js';
 import { headHash, sha256, sha256File } from './hash.js';
 import { acquireLock } from './lock.js';
+import { fsyncPath } from './fsync.js';
 
 export const MANIFEST = 'manifest.json';
 const MANIFEST_VERSION = 1;
@@ -156,15 +157,6 @@ export async function checkArtifact(dir: string, key: string, files: string[], v
     }
   }
   return { ok: true, manifest };
-}
-
-async function fsyncPath(path: string): Promise<void> {
-  const fh = await open(path, 'r');
-  try {
-    await fh.sync();
-  } finally {
-    await fh.close();
-  }
 }
 
 async function recordFile(path: string): Promise<FileRecord> {

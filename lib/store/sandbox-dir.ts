@@ -18,6 +18,7 @@ import { InvalidArgumentError, SandboxNotFoundError, TorporError } from '../erro
 import type { ResolvedNetwork } from '../net/options.js';
 import { isSandboxState, type SandboxState } from '../sandbox/lifecycle.js';
 import { homeLayout, torporHome } from './home.js';
+import { fsyncPath } from './fsync.js';
 
 export type OnTimeout = 'pause' | 'kill';
 export type ResumedFrom = 'memory' | 'disk';
@@ -151,15 +152,6 @@ function isPlainRelative(p: string): boolean {
 /** An absolute path inside the templates directory (a template build's layer). */
 function isTemplateLayer(p: string, templatesRoot: string | undefined): boolean {
   return templatesRoot !== undefined && p.startsWith(templatesRoot + '/') && isPlainRelative(p.slice(templatesRoot.length + 1));
-}
-
-async function fsyncPath(path: string, flags = 'r'): Promise<void> {
-  const fh = await open(path, flags);
-  try {
-    await fh.sync();
-  } finally {
-    await fh.close();
-  }
 }
 
 export class SandboxDir {
