@@ -8,8 +8,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { test as uvuTest } from 'uvu';
 
+import type { Sandbox } from '../lib/sandbox/sandbox.js';
 import { baseIsCached } from '../lib/setup/rootfs.js';
 import { homeLayout } from '../lib/store/home.js';
+import type { Machine } from '../lib/vm/machine.js';
 import { testUnless, type Registrar } from './skip-unless.js';
 import { testvmSkipReason } from './vmm-guests.js';
 
@@ -48,4 +50,21 @@ export function privateHome(test: typeof uvuTest, prefix: string): string {
     await rm(home, { recursive: true, force: true });
   });
   return home;
+}
+
+/** Where the test guest keeps its status page (guest/testvm). */
+export const TESTVM_STATUS = 0x100000;
+
+/** The test guest's status page as a sandbox's machine holds it: its counter, the RESUMEDs and
+ *  SYNCs its agent answered, the last RESUMED's host time and the entropy it was given. */
+export function testvmStatus(sbx: Sandbox) {
+  const page = (sbx as unknown as { machine: Machine }).machine.readGuest(TESTVM_STATUS, 0x40);
+  return {
+    counter: Number(page.readBigUInt64LE(0x08)),
+    resumed: page.readUInt32LE(0x24),
+    resumedTimeNs: page.readBigUInt64LE(0x28),
+    syncs: page.readUInt32LE(0x30),
+    entropyLen: page.readUInt32LE(0x34),
+    entropyHead: page.readBigUInt64LE(0x38),
+  };
 }

@@ -19,29 +19,19 @@ import { FrameType } from '../lib/agent/protocol.js';
 import { TorporError } from '../lib/errors.js';
 import { Sandbox } from '../lib/sandbox/sandbox.js';
 import type { Machine } from '../lib/vm/machine.js';
-import { privateHome, testvmSandboxTest } from './sandbox-home.js';
+import { TESTVM_STATUS, privateHome, testvmSandboxTest, testvmStatus } from './sandbox-home.js';
 import { sleep, testvmImage } from './vmm-guests.js';
 
 const kvmTest = await testvmSandboxTest('sandbox-pause');
 const kernel = testvmImage()!;
 
-const STATUS = 0x100000;
+const STATUS = TESTVM_STATUS;
 const NESTED = process.env.TORPOR_NESTED === '1';
 /** How long a child Node process may take to get going (emulated in the nested host). */
 const CHILD_MS = NESTED ? 180_000 : 60_000;
 const internals = (sbx: Sandbox) => sbx as unknown as { client: AgentClient; machine: Machine; dir: string };
 const counter = (sbx: Sandbox) => Number(internals(sbx).machine.readGuest(STATUS + 0x08, 8).readBigUInt64LE());
-const guestStatus = (sbx: Sandbox) => {
-  const page = internals(sbx).machine.readGuest(STATUS, 0x40);
-  return {
-    counter: Number(page.readBigUInt64LE(0x08)),
-    resumed: page.readUInt32LE(0x24),
-    resumedTimeNs: page.readBigUInt64LE(0x28),
-    syncs: page.readUInt32LE(0x30),
-    entropyLen: page.readUInt32LE(0x34),
-    entropyHead: page.readBigUInt64LE(0x38),
-  };
-};
+const guestStatus = testvmStatus;
 
 // Booted (template: false): these tests count the guest's SYNCs and RESUMEDs from a boot and
 // expect a full first generation; sandbox-template.test.ts covers sandboxes from a template.

@@ -14,26 +14,16 @@ import * as assert from 'uvu/assert';
 
 import { Sandbox } from '../lib/sandbox/sandbox.js';
 import type { Machine } from '../lib/vm/machine.js';
-import { privateHome, testvmSandboxTest } from './sandbox-home.js';
+import { privateHome, testvmSandboxTest, testvmStatus } from './sandbox-home.js';
 import { sleep, testvmCommand, testvmImage } from './vmm-guests.js';
 
 const kvmTest = await testvmSandboxTest('sandbox-template');
 const kernel = testvmImage()!;
 
-const STATUS = 0x100000;
 /** How long a child Node process may take to get going (emulated in the nested host). */
 const CHILD_MS = process.env.TORPOR_NESTED === '1' ? 180_000 : 60_000;
 const internals = (sbx: Sandbox) => sbx as unknown as { machine: Machine; dir: string };
-const guestStatus = (sbx: Sandbox) => {
-  const page = internals(sbx).machine.readGuest(STATUS, 0x40);
-  return {
-    counter: Number(page.readBigUInt64LE(0x08)),
-    resumed: page.readUInt32LE(0x24),
-    syncs: page.readUInt32LE(0x30),
-    entropyLen: page.readUInt32LE(0x34),
-    entropyHead: page.readBigUInt64LE(0x38),
-  };
-};
+const guestStatus = testvmStatus;
 
 const bootOpts = (memoryMiB = 64) => ({
   vcpus: 1,
