@@ -120,6 +120,12 @@ export interface NativeSnapshotResult {
   dirtyPages: number;
   /** True when the memory layer is a full image (first capture into the directory). */
   fullLayer: boolean;
+  /**
+   * Per disk, the frozen layers this generation names, oldest first: relative to the snapshot
+   * directory when inside it, else absolute (a template's). Own layers are merged off the capture
+   * path, so this list stays short however many generations there were.
+   */
+  diskLayers: string[][];
   /** State and dirty pages read: the machine could continue from here. */
   capturedMs: number;
   /** The generation is on disk (fsynced) and `current` points at it. */

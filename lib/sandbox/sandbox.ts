@@ -20,6 +20,7 @@ import { readFile, stat } from 'node:fs/promises';
 import { InvalidArgumentError, KvmUnavailableError, SandboxNotFoundError, TemplateNotFoundError, TorporError } from '../errors.js';
 import type { AgentClient } from '../agent/client.js';
 import { homeLayout, torporHome } from '../store/home.js';
+import { dropUnreferencedLayers, generationDiskLayers, metaLayerPath } from '../store/generations.js';
 import { takeOwnerLock, type OwnerLock } from '../store/owner-lock.js';
 import {
   SandboxDir,
@@ -459,7 +460,8 @@ export class Sandbox implements AsyncDisposable {
     // The machine is stopped and captured: its backend ends, and every host-side flow with it
     // (open network connections are closed on pause; docs/network.md).
     await run.network?.stop().catch(() => undefined);
-    const diskLayers = [...run.diskLayers, `snapshots/gen-${snap.generation}/disk0.overlay`];
+    // The disk as the generation names it: the addon may have merged older layers into one.
+    const diskLayers = snap.diskLayers[0]?.map((p) => metaLayerPath(this.#dir, p)) ?? [...run.diskLayers, `snapshots/gen-${snap.generation}/disk0.overlay`];
     this.#meta = {
       ...this.#meta,
       state: 'paused',
@@ -471,6 +473,8 @@ export class Sandbox implements AsyncDisposable {
     try {
       await this.#dir.writeMeta(this.#meta);
       await this.#dir.dropUnusedTops(diskLayers).catch(() => undefined);
+      // meta.json is durable: what this generation no longer names goes.
+      await dropUnreferencedLayers(this.#dir, snap.generation, diskLayers).catch(() => undefined);
     } finally {
       this.#run = null;
       unregisterRunning(this);
@@ -498,7 +502,7 @@ export class Sandbox implements AsyncDisposable {
       run.machine.captureOnTeardown(null);
       const pausedAt = new Date();
       const generation = run.machine.captureNow(this.#dir.snapshots, EXIT_CAPTURE_TIMEOUT_MS);
-      const diskLayers = [...run.diskLayers, `snapshots/gen-${generation}/disk0.overlay`];
+      const diskLayers = generationDiskLayers(this.#dir, generation) ?? [...run.diskLayers, `snapshots/gen-${generation}/disk0.overlay`];
       this.#meta = { ...this.#meta, state: 'paused', ownerPid: null, generation, pausedAt: pausedAt.toISOString(), diskLayers };
       this.#dir.writeMetaSync(this.#meta);
       this.#life.to('pausing');

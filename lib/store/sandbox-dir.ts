@@ -19,6 +19,7 @@ import type { ResolvedNetwork } from '../net/options.js';
 import { isSandboxState, type SandboxState } from '../sandbox/lifecycle.js';
 import { homeLayout, torporHome } from './home.js';
 import { fsyncPath } from './fsync.js';
+import { generationDiskLayers } from './generations.js';
 
 export type OnTimeout = 'pause' | 'kill';
 export type ResumedFrom = 'memory' | 'disk';
@@ -265,9 +266,14 @@ export class SandboxDir {
    * The disk as generation `generation` froze it: the layers recorded in meta.json for its
    * generation (or, never paused, its template's), then the layers of any later generation up
    * to `generation` (a pause whose meta.json update did not happen). Paths are absolute,
-   * oldest first.
+   * oldest first. A manifest that names the generation's disk layers (every one the addon
+   * writes now) is taken as it is.
    */
   async diskLayersAt(meta: SandboxMeta, generation: number): Promise<string[]> {
+    // The generation's manifest names its disk exactly (merged layers included).
+    const named = generation > 0 ? generationDiskLayers(this, generation) : null;
+    if (named && named.every((p) => isPlainRelative(p) || isTemplateLayer(p, this.templatesRoot)))
+      return named.map((p) => (p.startsWith('/') ? p : join(this.path, p)));
     const recorded = meta.generation !== undefined && meta.generation <= generation ? meta.generation : 0;
     const layers = recorded || meta.generation === undefined ? [...(meta.diskLayers ?? [])] : [];
     for (let g = recorded + 1; g <= generation; g++) {

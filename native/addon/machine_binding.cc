@@ -208,6 +208,13 @@ Napi::Object snapshot_object(Napi::Env env, const CaptureResult& r) {
   o.Set("bytes", static_cast<double>(r.bytes));
   o.Set("dirtyPages", static_cast<double>(r.dirty_pages));
   o.Set("fullLayer", r.full_layer);
+  Napi::Array disks = Napi::Array::New(env, r.disk_layers.size());
+  for (uint32_t i = 0; i < r.disk_layers.size(); i++) {
+    Napi::Array layers = Napi::Array::New(env, r.disk_layers[i].size());
+    for (uint32_t k = 0; k < r.disk_layers[i].size(); k++) layers.Set(k, r.disk_layers[i][k]);
+    disks.Set(i, layers);
+  }
+  o.Set("diskLayers", disks);
   o.Set("capturedMs", r.captured_ms);
   o.Set("durableMs", r.durable_ms);
   return o;

@@ -40,7 +40,7 @@ std::unique_ptr<Disk> open_disk_chain(const std::string& base_image, const std::
 }
 
 void merge_disk_layers(const std::string& base_image, const std::vector<std::string>& frozen,
-                       const std::string& out_path, uint64_t size) {
+                       const std::string& out_path, uint64_t size, const std::atomic<bool>* cancel) {
   // The base image takes no part: the merged overlay lies over the same base
   // and holds exactly the blocks some frozen overlay holds, each block read
   // through the chain so the newest copy wins (a block discarded in a newer
@@ -68,6 +68,7 @@ void merge_disk_layers(const std::string& base_image, const std::vector<std::str
     constexpr uint64_t kMaxRunBlocks = 256;
     std::vector<uint8_t> buf(kMaxRunBlocks * block_size);
     for (uint64_t b = 0; b < blocks;) {
+      if (cancel && cancel->load(std::memory_order_relaxed)) throw Error(code::kInvalidState, "disk layer merge cancelled");
       if (!held(b)) {
         b++;
         continue;

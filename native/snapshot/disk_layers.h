@@ -4,6 +4,7 @@
 // layer taking the one below as its lower disk.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -23,7 +24,9 @@ std::unique_ptr<Disk> open_disk_chain(const std::string& base_image, const std::
 // Merges the frozen overlays (oldest first) into one new overlay at out_path
 // (data + map, flushed), holding every block any of them holds, with the
 // newest copy. The base image is not copied in: the result still overlays it.
+// A set `cancel` stops it between runs of blocks (Error(INVALID_STATE), nothing
+// left at out_path or its .tmp): a machine that stops does not wait for it.
 void merge_disk_layers(const std::string& base_image, const std::vector<std::string>& frozen,
-                       const std::string& out_path, uint64_t size);
+                       const std::string& out_path, uint64_t size, const std::atomic<bool>* cancel = nullptr);
 
 }  // namespace torpor

@@ -431,7 +431,7 @@ void MemoryChain::apply_diffs(const std::vector<RamRegion>& ram) const {
 }
 
 LayerInfo merge_memory_layers(const std::vector<std::string>& layer_paths, uint64_t ram_bytes,
-                              const std::string& out_path) {
+                              const std::string& out_path, const std::atomic<bool>* cancel) {
   MemoryChain chain = MemoryChain::open(layer_paths, ram_bytes);
   const auto& layers = chain.layers_;
   const MemoryChain::Layer& bottom = *layers.front();
@@ -448,6 +448,7 @@ LayerInfo merge_memory_layers(const std::vector<std::string>& layer_paths, uint6
     uint64_t pages = write_image(
         out.get(), ram_bytes / kPageSize,
         [&](uint64_t p0, size_t k, const uint8_t** ptrs, bool*) {
+          if (cancel && cancel->load(std::memory_order_relaxed)) throw Error(code::kInvalidState, "memory layer merge cancelled");
           // The bottom's pages (holes read as zeros), checked against its content checksum as we go.
           if (int rc = file_io::pread_all(bottom.fd.get(), buf.data(), k * kPageSize,
                                           kMemoryDataOffset + p0 * kPageSize); rc < 0) {

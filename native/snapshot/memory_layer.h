@@ -15,6 +15,7 @@
 // with Error(SNAPSHOT_INVALID); I/O failures are Error(IO_ERROR).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -94,7 +95,8 @@ class MemoryChain {
 
  private:
   MemoryChain();
-  friend LayerInfo merge_memory_layers(const std::vector<std::string>&, uint64_t, const std::string&);
+  friend LayerInfo merge_memory_layers(const std::vector<std::string>&, uint64_t, const std::string&,
+                                       const std::atomic<bool>*);
   std::vector<std::unique_ptr<Layer>> layers_;
   uint64_t ram_bytes_ = 0;
 };
@@ -104,8 +106,9 @@ class MemoryChain {
 // it merges. The result carries the identity of the newest layer merged (it
 // holds the same memory), so diff layers above it still chain onto it. It is
 // written to out_path.tmp, synced and renamed: out_path is whole or absent.
-// Off the capture path.
+// Off the capture path. A set `cancel` stops it between chunks
+// (Error(INVALID_STATE), nothing left at out_path or its .tmp).
 LayerInfo merge_memory_layers(const std::vector<std::string>& layer_paths, uint64_t ram_bytes,
-                              const std::string& out_path);
+                              const std::string& out_path, const std::atomic<bool>* cancel = nullptr);
 
 }  // namespace torpor

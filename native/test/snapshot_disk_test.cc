@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <fstream>
 #include <vector>
@@ -153,4 +154,26 @@ TEST("snapshot disk: merged overlays read like the chain they replace") {
   CHECK_EQ(tag_at(*next, 3), 0xE3);
   CHECK_EQ(tag_at(*next, 9), 0xD9);
   CHECK_THROWS_CODE(merge_disk_layers(l.base, {}, merged, kDiskSize), "INVALID_ARGUMENT");
+}
+
+TEST("snapshot disk: a cancelled merge leaves nothing behind; a live top takes a merged lower disk") {
+  Layers l;
+  const std::vector<std::string> frozen = {l.ov1, l.ov2};
+  const std::string merged = l.dir.file("cancelled.overlay");
+  std::atomic<bool> cancel{true};
+  CHECK_THROWS_CODE(merge_disk_layers(l.base, frozen, merged, kDiskSize, &cancel), "INVALID_STATE");
+  for (const std::string& p : {merged, merged + ".map", merged + ".tmp", merged + ".tmp.map"})
+    CHECK(::access(p.c_str(), F_OK) != 0);
+  // The swap a machine makes when it adopts a merge: the top keeps its own
+  // blocks and reads the rest from the merged layer exactly as before.
+  auto top = std::make_unique<OverlayDisk>(open_disk_chain(l.base, frozen, "", kDiskSize), l.dir.file("top.overlay"), kDiskSize);
+  CHECK_EQ(top->write(7 * kBlock, block_of(0xF7).data(), kBlock), 0);
+  const auto before = whole_disk(*top);
+  cancel.store(false);
+  merge_disk_layers(l.base, frozen, l.dir.file("merged2.overlay"), kDiskSize, &cancel);
+  auto old = top->replace_lower(open_disk_chain(l.base, {l.dir.file("merged2.overlay")}, "", kDiskSize));
+  CHECK(old != nullptr);
+  old.reset();  // the replaced layers close; nothing reads them any more
+  CHECK(whole_disk(*top) == before);
+  CHECK_EQ(tag_at(*top, 7), 0xF7);
 }

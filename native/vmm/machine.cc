@@ -314,7 +314,7 @@ Machine::Machine(const MachineConfig& cfg, Callbacks callbacks, RestorePlan* pla
 
 Machine::~Machine() {
   stop();
-  if (merge_ && merge_->thread.joinable()) merge_->thread.join();
+  drop_merge();
 }
 
 void Machine::net_attach(const std::string& socket_path) {
@@ -463,9 +463,8 @@ ExitReason Machine::release(bool defer_kvm) {
   std::lock_guard<std::mutex> serial(stop_mu_);
   ExitReason reason = stop_locked();
   if (released_.load()) return reason;
-  // A chain merge reads only layer files: let it finish, then forget it.
-  if (merge_ && merge_->thread.joinable()) merge_->thread.join();
-  merge_.reset();
+  // A layer merge reads only layer files: it gives up, and what it wrote goes.
+  drop_merge();
   // Every vCPU thread is joined and the I/O thread stopped: nothing else
   // touches the devices, the buses or guest memory any more.
   final_stats_ = collect_stats();

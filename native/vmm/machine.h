@@ -79,6 +79,11 @@ struct CaptureResult {
   uint64_t bytes = 0;        // bytes written (memory layer, state file, disk layers as allocated: they are sparse)
   uint64_t dirty_pages = 0;  // pages written since the previous generation (all of RAM's nonzero pages for a full layer)
   bool full_layer = false;
+  // Per disk: its frozen layers as the generation names them, oldest first
+  // (relative to the directory when inside it, else absolute): what a boot
+  // from this generation's disk stacks, and what older generations' files
+  // are still needed for.
+  std::vector<std::vector<std::string>> disk_layers;
   double captured_ms = 0;    // state and dirty pages read (the machine could continue from here)
   double durable_ms = 0;     // the generation is on disk and `current` points at it
 };
@@ -321,19 +326,33 @@ class Machine final : private VcpuHost {
   std::vector<std::string> mem_chain_;   // its memory layers, bottom first, relative to snapshot_dir_ (or absolute)
   uint64_t generation_ = 0;
   bool restored_ = false;
-  // A merge of the memory chain running off the capture path (at most one).
-  // The next capture after it finished continues from the merged layer.
-  struct ChainMerge {
+  // Layer merges running off the capture path (at most one job; machine_merge.cc).
+  struct LayerMerge {
     std::thread thread;
-    std::atomic<bool> done{false};
-    bool ok = false;           // written by the thread before `done`
-    std::string dir;           // snapshot_dir_ when it started
-    size_t layers = 0;         // mem_chain_[0, layers) merged
-    std::string merged;        // relative path of the merged layer
+    std::atomic<bool> done{false};    // set by the thread when it is through
+    std::atomic<bool> cancel{false};  // a stop: give up between chunks
+    std::string dir;                  // snapshot_dir_ when it started
+    // Memory: mem_chain_[0, mem_layers) into mem_merged (relative to dir).
+    bool memory = false, memory_ok = false;
+    size_t mem_layers = 0;
+    std::string mem_merged;
+    std::vector<std::string> mem_paths;
+    uint64_t ram_bytes = 0;
+    // A disk: frozen_overlays[first, first + layers.size()) into merged.
+    struct DiskPart {
+      size_t disk = 0, first = 0;
+      std::vector<std::string> layers;
+      std::string merged;  // as config_ names layers (under dir)
+      uint64_t size = 0;
+      bool ok = false;     // written by the thread before `done`
+    };
+    std::vector<DiskPart> disks;
   };
-  std::unique_ptr<ChainMerge> merge_;
-  void start_chain_merge();           // stop_mu_ held
-  void adopt_chain_merge(bool wait);  // stop_mu_ held: joins a finished (or, with wait, any) merge
+  std::unique_ptr<LayerMerge> merge_;
+  void start_merges();            // stop_mu_ held
+  bool merge_due() const;         // stop_mu_ held: a capture must wait for the job in flight
+  void adopt_merges(bool wait);   // stop_mu_ held, machine paused: joins a finished (or, with wait, any) job
+  void drop_merge();              // cancels and joins the job, removes what it wrote and nobody adopted
   std::once_flag finish_once_;
 };
 

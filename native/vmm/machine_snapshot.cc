@@ -34,6 +34,7 @@
 #include "snapshot/layer_path.h"
 #include "vmm/fingerprint_probe.h"
 #include "vmm/machine.h"
+#include "vmm/machine_merge.h"
 #include "vmm/machine_spec.h"
 #include "vmm/x86_64/cpu_state.h"
 #include "vmm/x86_64/layout.h"
@@ -47,14 +48,6 @@ namespace {
 constexpr const char* kBodyTag = "torpor-machine";
 constexpr uint32_t kBodyVersion = 1;
 constexpr uint32_t kMaxChain = 64;      // what a restore accepts
-// A capture whose chain would grow past this writes a full layer instead, so
-// a restore never reads more than this many layers. (Merging the chain off
-// the capture path, merge_memory_layers, is the better answer: not yet wired.)
-constexpr size_t kChainBound = 32;
-// From this length on a successful capture starts merging the chain into one
-// full layer on a thread of its own (verifying page data as it merges); the
-// next capture after it finished continues from the merged layer.
-constexpr size_t kMergeAt = 8;
 constexpr const char* kCurrent = "current";
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
@@ -204,6 +197,24 @@ uint64_t allocated_bytes(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_blocks) * 512 : 0;
 }
 
+// A path as a JSON string (the manifest is read by tools and by the sandbox store).
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20) {
+      char esc[8];
+      std::snprintf(esc, sizeof esc, "\\u%04x", c);
+      out += esc;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- capture
@@ -283,45 +294,6 @@ std::vector<std::pair<std::string, std::vector<uint8_t>>> Machine::snapshot_part
   return parts;
 }
 
-void Machine::start_chain_merge() {
-  if (merge_ || mem_chain_.size() < kMergeAt) return;
-  auto job = std::make_unique<ChainMerge>();
-  job->dir = snapshot_dir_;
-  job->layers = mem_chain_.size();
-  job->merged = "layers/merged-" + std::to_string(generation_) + "-" + std::to_string(::getpid()) + ".layer";
-  std::vector<std::string> paths;
-  for (const auto& p : mem_chain_) paths.push_back(resolve_layer_path(snapshot_dir_, p));
-  uint64_t ram_bytes = ram_->size();
-  ChainMerge* j = job.get();
-  try {
-    fs::create_directories(snapshot_dir_ + "/layers");
-    job->thread = std::thread([j, paths, ram_bytes] {
-      try {
-        merge_memory_layers(paths, ram_bytes, j->dir + "/" + j->merged);
-        j->ok = true;
-      } catch (...) {
-        // The chain stays as it was; the bound makes a later capture write a full layer.
-      }
-      j->done.store(true);
-    });
-  } catch (...) {
-    return;  // no thread (or no directory): no merge this time
-  }
-  merge_ = std::move(job);
-}
-
-void Machine::adopt_chain_merge(bool wait) {
-  if (!merge_ || (!wait && !merge_->done.load())) return;
-  if (merge_->thread.joinable()) merge_->thread.join();
-  // Only for the chain it merged: the machine may have written elsewhere since.
-  if (merge_->ok && merge_->dir == snapshot_dir_ && merge_->layers <= mem_chain_.size()) {
-    std::vector<std::string> chain{merge_->merged};
-    chain.insert(chain.end(), mem_chain_.begin() + static_cast<std::ptrdiff_t>(merge_->layers), mem_chain_.end());
-    mem_chain_ = std::move(chain);
-  }
-  merge_.reset();
-}
-
 CaptureResult Machine::capture(const std::string& dir, const std::function<void()>& on_captured) {
   try {
     return capture_locked(dir, on_captured);
@@ -333,13 +305,14 @@ CaptureResult Machine::capture(const std::string& dir, const std::function<void(
 CaptureResult Machine::capture_locked(const std::string& dir, const std::function<void()>& on_captured) {
   std::lock_guard<std::mutex> serial(stop_mu_);
   if (released_.load()) throw Error(code::kInvalidState, "capture: the machine was stopped");
-  adopt_chain_merge(/*wait=*/mem_chain_.size() + 1 >= kChainBound);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (state_ != MachineState::Paused)
       throw Error(code::kInvalidState, std::string("capture: machine is ") + machine_state_name(state_) +
                                            " (pause it first: every vCPU out of KVM_RUN, devices quiesced)");
   }
+  // Paused: a finished merge's disk layers can go under the live tops now.
+  adopt_merges(/*wait=*/merge_due());
   auto t0 = std::chrono::steady_clock::now();
   CaptureResult res;
   fs::create_directories(dir);
@@ -348,7 +321,7 @@ CaptureResult Machine::capture_locked(const std::string& dir, const std::functio
   const std::string gen = gen_name(res.generation);
   // A diff only continues a chain this machine wrote or was restored from,
   // in this directory, whose top is the generation `current` names.
-  const bool diff = !mem_chain_.empty() && snapshot_dir_ == dir && prev == generation_ && mem_chain_.size() < kChainBound;
+  const bool diff = !mem_chain_.empty() && snapshot_dir_ == dir && prev == generation_ && mem_chain_.size() < kMemoryChainBound;
   std::vector<std::string> chain = diff ? mem_chain_ : std::vector<std::string>{};
   chain.push_back(gen + "/mem.layer");
   res.full_layer = !diff;
@@ -379,6 +352,7 @@ CaptureResult Machine::capture_locked(const std::string& dir, const std::functio
     }
     d.overlay_path.clear();
     for (auto& p : d.frozen_overlays) p = path_for_state(dir, p);
+    res.disk_layers.push_back(d.frozen_overlays);
   }
   for (auto& [base, dev] : devices()) spec.devices.emplace_back(dev->name(), base);
   write_machine_spec(body, spec);
@@ -467,7 +441,19 @@ CaptureResult Machine::capture_locked(const std::string& dir, const std::functio
                 static_cast<unsigned long long>(res.generation), static_cast<unsigned long long>(prev),
                 diff ? "diff" : "full", static_cast<unsigned long long>(layer.pages));
   std::string m = manifest;
-  for (size_t i = 0; i < chain.size(); i++) m += (i ? ",\"" : "\"") + chain[i] + "\"";
+  for (size_t i = 0; i < chain.size(); i++) {
+    if (i) m += ',';
+    m += json_string(chain[i]);
+  }
+  m += "],\"disks\":[";
+  for (size_t i = 0; i < res.disk_layers.size(); i++) {
+    m += i ? ",[" : "[";
+    for (size_t k = 0; k < res.disk_layers[i].size(); k++) {
+      if (k) m += ',';
+      m += json_string(res.disk_layers[i][k]);
+    }
+    m += "]";
+  }
   m += "]}\n";
   write_file_synced(tmp + "/manifest.json", m);
   fsync_path(tmp, true);
@@ -487,7 +473,7 @@ CaptureResult Machine::capture_locked(const std::string& dir, const std::functio
   snapshot_dir_ = dir;
   mem_chain_ = chain;
   generation_ = res.generation;
-  start_chain_merge();
+  start_merges();
   return res;
 }
 
@@ -555,6 +541,11 @@ std::unique_ptr<Machine> Machine::restore_from(const std::string& dir, Callbacks
     plan->clock.mark("memory chain opened");
     plan->devices = spec.devices;
     auto m = std::unique_ptr<Machine>(new Machine(spec.config, std::move(callbacks), plan.get()));
+    {
+      // Its layers merge while it runs; its next capture adopts the result.
+      std::lock_guard<std::mutex> serial(m->stop_mu_);
+      m->start_merges();
+    }
     return m;
   }
 }

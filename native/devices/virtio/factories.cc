@@ -67,6 +67,17 @@ int virtio_blk_push_overlay(VirtioMmioDevice& dev, const std::string& path) {
   return 0;
 }
 
+int virtio_blk_replace_lower(VirtioMmioDevice& dev, std::unique_ptr<Disk> lower) {
+  VirtioBlkDevice* blk = virtio_blk_of(dev);
+  if (!blk || !lower) return -EINVAL;
+  auto& transport = static_cast<VirtioMmioTransport&>(dev);
+  std::lock_guard<std::mutex> lock(transport.lock());
+  auto* top = dynamic_cast<OverlayDisk*>(&blk->disk());
+  if (!top || lower->size() != top->size()) return -EINVAL;
+  std::unique_ptr<Disk> old = top->replace_lower(std::move(lower));
+  return 0;  // `old` closes its layers here, under the lock: no request reads them
+}
+
 VirtioBlkDevice* virtio_blk_of(VirtioMmioDevice& dev) {
   auto* transport = dynamic_cast<VirtioMmioTransport*>(&dev);
   return transport ? dynamic_cast<VirtioBlkDevice*>(&transport->device()) : nullptr;

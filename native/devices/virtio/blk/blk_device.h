@@ -119,5 +119,10 @@ int virtio_blk_flush(VirtioMmioDevice& dev);
 // old top becomes a read-only lower layer: a snapshot froze it). Same lock
 // and thread rules as virtio_blk_flush. 0 or -errno.
 int virtio_blk_push_overlay(VirtioMmioDevice& dev, const std::string& path);
+// Replaces every layer below the disk's top overlay with `lower` (the same
+// bytes in fewer layers: the frozen layers after a merge), closing the old
+// ones. Same lock and thread rules. 0, -EINVAL when the top is not an overlay
+// or the sizes differ.
+int virtio_blk_replace_lower(VirtioMmioDevice& dev, std::unique_ptr<Disk> lower);
 
 }  // namespace torpor

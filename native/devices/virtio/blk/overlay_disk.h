@@ -55,6 +55,13 @@ class OverlayDisk final : public Disk {
   bool allocated(uint64_t block) const { return (bitmap_[block / 8] >> (block % 8)) & 1; }
   uint64_t allocated_blocks() const { return allocated_count_; }
   uint64_t generation() const { return generation_; }  // of the map last persisted
+  // Puts another lower disk under this overlay and hands back the old one.
+  // The caller vouches that it reads the same bytes (a merge of the frozen
+  // layers it replaces) and has the same size; under the device's lock.
+  std::unique_ptr<Disk> replace_lower(std::unique_ptr<Disk> lower) {
+    lower_.swap(lower);
+    return lower;
+  }
 
  private:
   uint64_t block_bytes(uint64_t block) const;  // 4096, or less for the disk's last block
