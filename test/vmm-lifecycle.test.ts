@@ -4,6 +4,8 @@
 // After stop() only state, exitReason, consoleTail and stats still answer.
 import { spawnSync } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
@@ -65,6 +67,27 @@ kvmTest('200 create/start/stop cycles leave fds, threads and mappings where they
   assert.ok(threadsAfter <= threads + 1, `threads grew from ${threads} to ${threadsAfter}`);
   // 200 x 32 MiB of guest RAM would be 6400 MiB of address space if kept.
   assert.ok(vmSizeKiB() - vm < 512 * 1024, `VmSize grew by ${vmSizeKiB() - vm} KiB`);
+});
+
+kvmTest('a stopped machine nobody holds is collected (its native object too): 40 machines, at most 2 left after GC', async () => {
+  setFlagsFromString('--expose-gc');
+  const gc = runInNewContext('gc') as () => void;
+  const refs: WeakRef<Machine>[] = [];
+  for (let i = 0; i < 40; i++) {
+    const m = Machine.create({ kernel: pvh, vcpus: 1, memoryMiB: 32, ...(i % 2 ? { vsockCid: 3 } : {}) });
+    await m.start();
+    await m.stop();
+    refs.push(new WeakRef(m));
+  }
+  // Finalizers run on later turns of the event loop.
+  for (let round = 0; round < 20 && refs.some((r) => r.deref()); round++) {
+    gc();
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  // Before the fix, the event bridge held the JS listener (and through it every machine) forever:
+  // all 40 stayed. V8 may keep the first and the last object it saw a little longer (here: 2).
+  const alive = refs.filter((r) => r.deref()).length;
+  assert.ok(alive <= 2, `${alive} of 40 stopped machines still reachable`);
 });
 
 kvmTest('after stop: state, exitReason, consoleTail and stats answer; guest memory is gone', async () => {

@@ -50,6 +50,10 @@ kvmTest('every vCPU thread and the I/O thread run in seccomp filter mode; the JS
   try {
     await m.start();
     await m.waitForConsole(PVH_BANNER, 5000);
+    // The I/O thread names itself when it first runs, which on a loaded host can come after the
+    // guest's banner (printed by a vCPU thread): give it a moment.
+    const deadline = Date.now() + 5000;
+    while (seccompModes('torpor-io').length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
     const vcpus = seccompModes('torpor-vcpu');
     const io = seccompModes('torpor-io');
     assert.ok(vcpus.length >= 2, `vCPU threads found: ${vcpus.length}`);

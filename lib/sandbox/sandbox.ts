@@ -474,7 +474,7 @@ export class Sandbox implements AsyncDisposable {
       await this.#dir.writeMeta(this.#meta);
       await this.#dir.dropUnusedTops(diskLayers).catch(() => undefined);
       // meta.json is durable: what this generation no longer names goes.
-      await dropUnreferencedLayers(this.#dir, snap.generation, diskLayers).catch(() => undefined);
+      await dropUnreferencedLayers(this.#dir, diskLayers).catch(() => undefined);
     } finally {
       this.#run = null;
       unregisterRunning(this);

@@ -13,6 +13,7 @@ import { join } from 'node:path';
 
 import { InvalidArgumentError, TimeoutError, TorporError } from '../errors.js';
 import { loadNative } from '../native.js';
+import { pruneSnapshotDir } from './snapshot-files.js';
 import type {
   NativeExitReason,
   NativeMachine,
@@ -253,6 +254,19 @@ export class Machine extends EventEmitter<MachineEvents> {
     if (knockPorts) m.#native.setVsockKnockPorts(knockPorts);
     await m.#native.start(want === 'paused');
     return m;
+  }
+
+  /**
+   * Removes from a snapshot directory the files of older generations that its current generation
+   * no longer names: a machine merges its own memory and disk layers off the capture path, so
+   * after a while older generations hold only what was merged away. The current generation's
+   * directory, anything newer, tops/ and temporaries stay; `keep` (absolute paths) too. Call it
+   * only while no machine of this directory runs (after snapshot(dir, { stop: true }), before the
+   * next restore): a running one may be writing a merge into it. Resolves to the files removed.
+   */
+  static pruneSnapshots(dir: string, keep: readonly string[] = []): Promise<number> {
+    checkString('dir', dir, true);
+    return pruneSnapshotDir(dir, keep);
   }
 
   /**

@@ -552,6 +552,11 @@ void MachineWrap::teardown(bool defer_kvm) {
   if (bridge_) bridge_->close();  // only now: no thread can post any more
 }
 
+void MachineWrap::close_events() {
+  if (bridge_) bridge_->close();
+  if (!self_.IsEmpty()) self_.Reset();
+}
+
 Machine& MachineWrap::live_machine() {
   if (torn_down_ || !machine_) throw Error(code::kInvalidState, "the machine was torn down");
   if (stopping_) throw Error(code::kInvalidState, "the machine was stopped: its memory, devices and vsock were released");
@@ -650,8 +655,9 @@ namespace {
 // closing the devices' files (a disk overlay's final flush) never block JS.
 class StopWorker final : public Napi::AsyncWorker {
  public:
-  StopWorker(Napi::Env env, Napi::Object self, Machine* machine, Napi::Promise::Deferred deferred)
-      : Napi::AsyncWorker(env, "torpor.stop"), self_(Napi::Persistent(self)), machine_(machine), deferred_(deferred) {}
+  StopWorker(Napi::Env env, Napi::Object self, MachineWrap* wrap, Machine* machine, Napi::Promise::Deferred deferred)
+      : Napi::AsyncWorker(env, "torpor.stop"), self_(Napi::Persistent(self)), wrap_(wrap), machine_(machine),
+        deferred_(deferred) {}
   void Execute() override {
     try {
       // One call, one hold of the machine's stop lock: stops, then gives back
@@ -663,6 +669,10 @@ class StopWorker final : public Napi::AsyncWorker {
     }
   }
   void OnOK() override {
+    // Released: no thread posts events any more (what they posted is still
+    // delivered). Closing the bridge drops its reference to the JS listener,
+    // and with it the last path that kept this machine's wrapper alive.
+    wrap_->close_events();
     Napi::Object o = Napi::Object::New(Env());
     o.Set("kind", reason_.kind);
     o.Set("message", reason_.message);
@@ -672,6 +682,7 @@ class StopWorker final : public Napi::AsyncWorker {
 
  private:
   Napi::ObjectReference self_;  // keeps the wrap and its machine alive until done
+  MachineWrap* wrap_;
   Machine* machine_;
   Napi::Promise::Deferred deferred_;
   ExitReason reason_;
@@ -690,7 +701,7 @@ Napi::Value MachineWrap::stop(const Napi::CallbackInfo& info) {
     // From here the calls that touch guest memory, devices or vsock refuse
     // (INVALID_STATE) while the worker releases them.
     stopping_ = true;
-    (new StopWorker(env, Value(), machine_.get(), d))->Queue();
+    (new StopWorker(env, Value(), this, machine_.get(), d))->Queue();
     return d.Promise();
   });
 }

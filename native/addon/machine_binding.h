@@ -53,6 +53,8 @@ class MachineWrap : public Napi::ObjectWrap<MachineWrap> {
   static std::function<void()> knock_reporter(const std::shared_ptr<EventBridge>& bridge,
                                               const std::shared_ptr<Handle>& handle);
   Machine* machine_ptr() { return machine_.get(); }
+  // After a stop released the machine: no more events; the wrapper may be collected.
+  void close_events();
   void settle(Napi::Env env, uint64_t id, const std::string& code, const std::string& message, Napi::Value value);
 
  private:

@@ -483,6 +483,9 @@ ExitReason Machine::release(bool defer_kvm) {
   loop_.reset();  // epoll and wake fds
   seccomp_notify_.reset();
   console_->close_log();
+  // Capture scratch (up to a whole diff of RAM) goes now, not when JS collects the wrapper.
+  std::vector<uint8_t>().swap(capture_buf_);
+  std::vector<uint64_t>().swap(dirty_);
   // The kernel destroys the VM when its last fd closes, which takes a while:
   // done on the reaper thread (vmm/reaper.h). vCPUs before RAM before the VM.
   auto vcpus = std::make_shared<std::vector<std::unique_ptr<Vcpu>>>();

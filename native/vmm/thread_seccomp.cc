@@ -12,7 +12,9 @@
 #include <ucontext.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -147,14 +149,57 @@ std::vector<SyscallRule> seccomp_rules(ThreadRole role) {
 
 namespace {
 
-// Per thread; touched by seccomp_enter() (before the filter) so the handler
-// never triggers the lazy allocation of dynamic TLS.
+// Per filtered thread, in a fixed table the SIGSYS handler searches by the
+// thread pointer (%fs base: a register read, no call). The handler touches
+// no thread_local: in a dlopen'd addon the first access to one goes through
+// __tls_get_addr, which may malloc, and a signal landing inside malloc would
+// deadlock on the arena lock (the same hazard that hung the vCPU kick,
+// docs/vmm.md). A thread takes a slot before its filter is installed and
+// gives it back when it ends.
 struct ThreadTrap {
-  bool armed = false;
-  int notify_fd = -1;
-  volatile sig_atomic_t violation = -1;
+  std::atomic<uintptr_t> owner{0};  // the thread pointer; 0 = free
+  std::atomic<bool> armed{false};   // its filter is installed (a trap is ours)
+  std::atomic<int> notify_fd{-1};
+  std::atomic<int> violation{-1};
 };
-thread_local ThreadTrap tls_trap;
+constexpr size_t kTrapSlots = 4096;  // filtered threads alive at once (vCPUs + I/O threads)
+ThreadTrap g_traps[kTrapSlots];
+
+uintptr_t self_id() { return reinterpret_cast<uintptr_t>(__builtin_thread_pointer()); }
+size_t slot_hash(uintptr_t id) { return (id >> 12) * 0x9E3779B97F4A7C15ull % kTrapSlots; }
+
+// Async-signal-safe: atomic loads only.
+ThreadTrap* find_trap(uintptr_t id) {
+  for (size_t i = 0, at = slot_hash(id); i < kTrapSlots; i++, at = (at + 1) % kTrapSlots)
+    if (g_traps[at].owner.load(std::memory_order_acquire) == id) return &g_traps[at];
+  return nullptr;
+}
+
+// This thread's slot, claimed once (before its filter); released at thread exit.
+struct TrapClaim {
+  ThreadTrap* trap = nullptr;
+  ~TrapClaim() {
+    if (!trap) return;
+    trap->armed.store(false);
+    trap->notify_fd.store(-1);
+    trap->violation.store(-1);
+    trap->owner.store(0, std::memory_order_release);
+  }
+};
+thread_local TrapClaim tls_claim;  // never read by the handler
+
+ThreadTrap& claim_trap() {
+  if (tls_claim.trap) return *tls_claim.trap;
+  const uintptr_t id = self_id();
+  for (size_t i = 0, at = slot_hash(id); i < kTrapSlots; i++, at = (at + 1) % kTrapSlots) {
+    uintptr_t free = 0;
+    if (g_traps[at].owner.compare_exchange_strong(free, id, std::memory_order_acq_rel)) {
+      tls_claim.trap = &g_traps[at];
+      return g_traps[at];
+    }
+  }
+  throw Error(code::kInternal, "seccomp: more than 4096 filtered threads at once");
+}
 
 // siginfo si_code of a seccomp SIGSYS (SYS_SECCOMP, which not every libc header names).
 constexpr int kSiCodeSeccomp = 1;
@@ -163,8 +208,8 @@ struct sigaction g_previous_sigsys;
 std::once_flag g_handler_once;
 
 void on_sigsys(int sig, siginfo_t* info, void* context) {
-  ThreadTrap* t = &tls_trap;
-  if (info->si_code != kSiCodeSeccomp || !t->armed) {
+  ThreadTrap* t = info->si_code == kSiCodeSeccomp ? find_trap(self_id()) : nullptr;
+  if (!t || !t->armed.load()) {
     // Not one of our filters: what would have happened without us.
     if (g_previous_sigsys.sa_flags & SA_SIGINFO) {
       if (g_previous_sigsys.sa_sigaction) g_previous_sigsys.sa_sigaction(sig, info, context);
@@ -179,15 +224,16 @@ void on_sigsys(int sig, siginfo_t* info, void* context) {
     raise(SIGSYS);
     return;
   }
-  if (t->violation < 0) t->violation = info->si_syscall;
+  int none = -1;
+  t->violation.compare_exchange_strong(none, info->si_syscall);
   // The call was skipped: it returns -EPERM to its caller, which handles a
   // failed system call as it would any other.
   auto* uc = static_cast<ucontext_t*>(context);
   uc->uc_mcontext.gregs[REG_RAX] = -EPERM;
-  if (t->notify_fd >= 0) {
+  if (int fd = t->notify_fd.load(); fd >= 0) {
     uint64_t one = 1;
     int saved = errno;
-    ssize_t n = ::write(t->notify_fd, &one, sizeof(one));
+    ssize_t n = ::write(fd, &one, sizeof(one));
     (void)n;
     errno = saved;
   }
@@ -214,8 +260,10 @@ bool seccomp_wanted() {
 void seccomp_enter_rules(const std::vector<SyscallRule>& rules, int notify_fd) {
   std::vector<sock_filter> prog = compile_seccomp_filter(rules);
   install_handler();
-  tls_trap.notify_fd = notify_fd;
-  tls_trap.violation = -1;
+  // The slot before the filter: a trap from here on finds it.
+  ThreadTrap& trap = claim_trap();
+  trap.notify_fd.store(notify_fd);
+  trap.violation.store(-1);
   // SIGSYS must reach this thread even if its creator had it blocked.
   sigset_t set;
   sigemptyset(&set);
@@ -229,12 +277,12 @@ void seccomp_enter_rules(const std::vector<SyscallRule>& rules, int notify_fd) {
   // seccomp(2) without SECCOMP_FILTER_FLAG_TSYNC: this thread only.
   if (::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &fprog) != 0)
     throw_sys_error(code::kInternal, "seccomp(SECCOMP_SET_MODE_FILTER)");
-  tls_trap.armed = true;
+  trap.armed.store(true);
 }
 
 void seccomp_enter(ThreadRole role, int notify_fd) { seccomp_enter_rules(seccomp_rules(role), notify_fd); }
 
-int seccomp_violation() { return tls_trap.violation; }
+int seccomp_violation() { return tls_claim.trap ? tls_claim.trap->violation.load() : -1; }
 
 std::string seccomp_describe(int nr) {
   std::string s = "system call " + std::to_string(nr);
