@@ -575,6 +575,10 @@ kvmTest('SIGKILL of a process while it pauses and connects, at random moments (5
   // seconds to start) 5. TORPOR_PAUSE_KILL_ROUNDS=1000 for a long run.
   const rounds = Number(process.env.TORPOR_PAUSE_KILL_ROUNDS ?? (NESTED ? 5 : 50));
   const from = { memory: 0, disk: 0 };
+  // One block per round, at its own sector (inside the rootfs image: the test guest reads no filesystem).
+  const sectorOf = (k: number) => 600_000 + (k % 2000) * 8;
+  const writeRound = (s: Sandbox, k: number) => testvmCommand(internals(s).machine, `blk-write ${sectorOf(k)} 0x${(0x9000 + k).toString(16)} 8`, 'blk-write');
+  const verifyRound = (s: Sandbox, k: number) => testvmCommand(internals(s).machine, `blk-verify ${sectorOf(k)} 0x${(0x9000 + k).toString(16)} 8`, 'blk-verify');
   try {
     await until(() => counter(sbx) > 100, 'the guest counting');
     await sbx.pause();
@@ -592,6 +596,11 @@ kvmTest('SIGKILL of a process while it pauses and connects, at random moments (5
       from[info.resumedFrom!]++;
       assert.is(back.state, 'running');
       assert.ok((await internals(back).client.ping()) > 0, `round ${i}: the agent answers`);
+      // Every block written before a completed pause is there, from memory or from disk (the
+      // killed children's pauses merged and swept layers meanwhile); then one more for this round.
+      for (let k = Math.max(0, i - 8); k < i; k++) assert.match(await verifyRound(back, k), /^blk-verify=ok/, `round ${i}: block of round ${k}`);
+      if (i > 0) assert.match(await verifyRound(back, 0), /^blk-verify=ok/, `round ${i}: block of round 0`);
+      assert.match(await writeRound(back, i), /^blk-write=ok/);
       await back.pause();
     }
     console.log(`  sandbox-pause: ${rounds} SIGKILLs during pause/connect cycles: resumed from memory ${from.memory}, from disk ${from.disk}`);
