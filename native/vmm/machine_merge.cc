@@ -74,7 +74,12 @@ void Machine::start_merges() {
   if (merge_ || snapshot_dir_.empty() || released_.load()) return;
   auto job = std::make_unique<LayerMerge>();
   job->dir = snapshot_dir_;
-  if (mem_chain_.size() >= kMemoryMergeAt) {
+  // Memory: once 8 of its layers are this directory's own. A chain that is mostly another
+  // directory's (a template's, a fork parent's) is not copied in for fewer: the bound below
+  // (a full layer at 32) still caps it.
+  const size_t own_memory = static_cast<size_t>(
+      std::count_if(mem_chain_.begin(), mem_chain_.end(), [](const std::string& p) { return p.empty() || p[0] != '/'; }));
+  if (own_memory >= kMemoryMergeAt) {
     job->memory = true;
     job->mem_layers = mem_chain_.size();
     job->mem_merged = merged_name("merged", generation_) + ".layer";

@@ -5,7 +5,8 @@
 
 namespace torpor {
 
-// A memory chain this long is merged into one full layer off the capture path.
+// A memory chain with this many of its own layers (inside the snapshot directory) is
+// merged into one full layer off the capture path.
 inline constexpr size_t kMemoryMergeAt = 8;
 // A capture whose memory chain would grow past this writes a full layer
 // instead (a restore never reads more), and waits for a merge in flight first.
