@@ -20,7 +20,7 @@ import { TorporError } from '../lib/errors.js';
 import { Sandbox } from '../lib/sandbox/sandbox.js';
 import type { Machine } from '../lib/vm/machine.js';
 import { TESTVM_STATUS, privateHome, testvmSandboxTest, testvmStatus } from './sandbox-home.js';
-import { sleep, testvmCommand, testvmImage } from './vmm-guests.js';
+import { sleep, testvmCommand, testvmCommandByEvents, testvmImage } from './vmm-guests.js';
 
 const kvmTest = await testvmSandboxTest('sandbox-pause');
 const kernel = testvmImage()!;
@@ -577,8 +577,10 @@ kvmTest('SIGKILL of a process while it pauses and connects, at random moments (5
   const from = { memory: 0, disk: 0 };
   // One block per round, at its own sector (inside the rootfs image: the test guest reads no filesystem).
   const sectorOf = (k: number) => 600_000 + (k % 2000) * 8;
-  const writeRound = (s: Sandbox, k: number) => testvmCommand(internals(s).machine, `blk-write ${sectorOf(k)} 0x${(0x9000 + k).toString(16)} 8`, 'blk-write');
-  const verifyRound = (s: Sandbox, k: number) => testvmCommand(internals(s).machine, `blk-verify ${sectorOf(k)} 0x${(0x9000 + k).toString(16)} 8`, 'blk-verify');
+  // By console events (the restored console history fills the tail ring over a long run), with
+  // generous timeouts: a long run shares the host with whatever else runs there.
+  const writeRound = (s: Sandbox, k: number) => testvmCommandByEvents(internals(s).machine, `blk-write ${sectorOf(k)} 0x${(0x9000 + k).toString(16)} 8`, 'blk-write', 60_000);
+  const verifyRound = (s: Sandbox, k: number) => testvmCommandByEvents(internals(s).machine, `blk-verify ${sectorOf(k)} 0x${(0x9000 + k).toString(16)} 8`, 'blk-verify', 60_000);
   try {
     await until(() => counter(sbx) > 100, 'the guest counting');
     await sbx.pause();

@@ -499,3 +499,63 @@ LayerInfo merge_memory_layers(const std::vector<std::string>& layer_paths, uint6
 }
 
 }  // namespace torpor
+
+namespace torpor {
+
+LayerInfo merge_diff_layers(const std::vector<std::string>& layer_paths, size_t first, uint64_t ram_bytes,
+                            const std::string& out_path, uint64_t max_bytes, const std::atomic<bool>* cancel) {
+  MemoryChain chain = MemoryChain::open(layer_paths, ram_bytes);
+  const auto& layers = chain.layers_;
+  if (first == 0 || first >= layers.size()) throw Error(code::kInvalidArgument, "merge_diff_layers: no diff layers in range");
+  // Newest copy of each page: walk the layers newest first, keep a page the first time it shows.
+  struct Pick {
+    uint64_t page;
+    size_t layer, entry;
+  };
+  std::vector<Pick> picks;
+  {
+    std::vector<uint8_t> seen((ram_bytes / kPageSize + 7) / 8, 0);
+    for (size_t l = layers.size(); l-- > first;) {
+      const auto& index = layers[l]->index;
+      for (size_t e = 0; e < index.size(); e++) {
+        uint64_t p = index[e].page;  // inside RAM: MemoryChain::open checked it
+        if (seen[p / 8] & (1u << (p % 8))) continue;
+        seen[p / 8] |= static_cast<uint8_t>(1u << (p % 8));
+        picks.push_back({p, l, e});
+      }
+    }
+  }
+  if (picks.size() * kPageSize > max_bytes)
+    throw Error(code::kInvalidArgument, "merge_diff_layers: " + std::to_string(picks.size()) + " pages exceed the merge's memory bound");
+  std::vector<uint8_t> data(picks.size() * kPageSize);
+  std::vector<PageRef> pages;
+  pages.reserve(picks.size());
+  for (size_t i = 0; i < picks.size(); i++) {
+    if (cancel && (i % 256) == 0 && cancel->load(std::memory_order_relaxed))
+      throw Error(code::kInvalidState, "memory layer merge cancelled");
+    const MemoryChain::Layer& layer = *layers[picks[i].layer];
+    const IndexEntry& entry = layer.index[picks[i].entry];
+    uint8_t* dst = data.data() + i * kPageSize;
+    if (int rc = file_io::pread_all(layer.fd.get(), dst, kPageSize, layer.header.data_offset + picks[i].entry * kPageSize); rc < 0) {
+      if (rc == -EIO) invalid("memory layer " + layer.path + " ends before its pages (truncated)");
+      throw_sys_error(code::kIo, "read memory layer " + layer.path, -rc);
+    }
+    if (crc32c(dst, kPageSize) != entry.crc)
+      invalid("memory layer " + layer.path + ": page " + std::to_string(entry.page) + " fails its checksum (corrupt page data)");
+    pages.push_back({picks[i].page, dst});
+  }
+  const std::string tmp_path = out_path + ".tmp";
+  try {
+    LayerInfo info = write_diff_layer_as(tmp_path, ram_bytes, identity_hex(layers[first - 1]->header.identity), pages,
+                                         layers.back()->header.identity, /*sync=*/true);
+    if (::rename(tmp_path.c_str(), out_path.c_str()) != 0) throw_sys_error(code::kIo, "rename merged layer to " + out_path);
+    if (int rc = file_io::fsync_parent_dir(out_path.c_str()); rc < 0)
+      throw_sys_error(code::kIo, "sync directory of " + out_path, -rc);
+    return info;
+  } catch (...) {
+    ::unlink(tmp_path.c_str());
+    throw;
+  }
+}
+
+}  // namespace torpor

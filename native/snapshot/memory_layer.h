@@ -97,6 +97,8 @@ class MemoryChain {
   MemoryChain();
   friend LayerInfo merge_memory_layers(const std::vector<std::string>&, uint64_t, const std::string&,
                                        const std::atomic<bool>*);
+  friend LayerInfo merge_diff_layers(const std::vector<std::string>&, size_t, uint64_t, const std::string&,
+                                     uint64_t, const std::atomic<bool>*);
   std::vector<std::unique_ptr<Layer>> layers_;
   uint64_t ram_bytes_ = 0;
 };
@@ -110,5 +112,15 @@ class MemoryChain {
 // (Error(INVALID_STATE), nothing left at out_path or its .tmp).
 LayerInfo merge_memory_layers(const std::vector<std::string>& layer_paths, uint64_t ram_bytes,
                               const std::string& out_path, const std::atomic<bool>* cancel = nullptr);
+// Merges the diff layers layer_paths[first..] into one diff layer at out_path
+// over layer_paths[first - 1] (which keeps its place: a template's full layer
+// is not copied). Every page any of them holds, the newest copy, each
+// verified against its checksum; the result takes the newest layer's
+// identity (diffs above chain onto it) and names the layer below as parent.
+// Refuses (INVALID_ARGUMENT, nothing written) when the pages would take more
+// than max_bytes of memory while merging: a full merge is the answer then.
+// Same output and cancel rules as merge_memory_layers.
+LayerInfo merge_diff_layers(const std::vector<std::string>& layer_paths, size_t first, uint64_t ram_bytes,
+                            const std::string& out_path, uint64_t max_bytes, const std::atomic<bool>* cancel = nullptr);
 
 }  // namespace torpor

@@ -440,3 +440,44 @@ TEST("snapshot memory: merge refuses a corrupt bottom image or diff page and lea
   CHECK(msg.find("fails its checksum") != std::string::npos);
   CHECK(::access(out.c_str(), F_OK) != 0);
 }
+
+TEST("snapshot memory: diffs merged into one diff over the same bottom equal the chain, keep the top identity, bounded and verified") {
+  Chain3 c;
+  const std::string merged = c.dir.file("merged-diff.layer");
+  // Over the full layer (kept in place, as a template's would be): d1 and d2 become one diff.
+  LayerInfo info = merge_diff_layers(c.paths(), 1, c.ram.bytes(), merged, 1u << 20);
+  CHECK_STR_EQ(layer_identity(merged), layer_identity(c.d2));
+  MemoryChain chain = MemoryChain::open({c.full, merged}, c.ram.bytes());
+  CHECK_EQ(chain.length(), size_t{2});
+  Ram back({64, 32});
+  load_bottom(chain, back);
+  chain.apply_diffs(back.regions());
+  CHECK(back.same_as(c.ram));
+  CHECK_EQ(info.pages, uint64_t{6});  // 2 3 63 64 from d1, 3 10 80 from d2: the union
+  // A diff written over the old top chains onto the merged one.
+  c.ram.stamp(40, 40);
+  write_diff_layer(c.dir.file("3.layer"), c.ram.bytes(), layer_identity(c.d2), refs(c.ram, {40}));
+  MemoryChain on_merged = MemoryChain::open({c.full, merged, c.dir.file("3.layer")}, c.ram.bytes());
+  Ram back2({64, 32});
+  load_bottom(on_merged, back2);
+  on_merged.apply_diffs(back2.regions());
+  CHECK(back2.same_as(c.ram));
+  // More pages than the bound: refused, nothing written (the caller merges a full layer instead).
+  const std::string small = c.dir.file("bounded.layer");
+  CHECK_STR_EQ(error_of([&] { merge_diff_layers(c.paths(), 1, c.ram.bytes(), small, kPageSize); }), std::string("INVALID_ARGUMENT"));
+  CHECK(::access(small.c_str(), F_OK) != 0);
+  // A corrupt diff page is refused, nothing left.
+  const auto d1 = read_file(c.d1);
+  Header h;
+  std::memcpy(&h, d1.data(), sizeof h);
+  uint8_t one = 1;
+  patch_file(c.d1, h.data_offset + 3 * kPageSize + 7, &one, 1);
+  const std::string bad = c.dir.file("bad.layer");
+  std::string msg;
+  // (d1's 4th stored page is page 64, which d2 does not shadow: its newest copy is the bad one.)
+  CHECK_STR_EQ(error_of([&] { merge_diff_layers(c.paths(), 1, c.ram.bytes(), bad, 1u << 20); }, &msg), std::string("SNAPSHOT_INVALID"));
+  CHECK(msg.find("fails its checksum") != std::string::npos);
+  CHECK(::access(bad.c_str(), F_OK) != 0);
+  CHECK(::access((bad + ".tmp").c_str(), F_OK) != 0);
+  CHECK_STR_EQ(error_of([&] { merge_diff_layers(c.paths(), 0, c.ram.bytes(), bad, 1u << 20); }), std::string("INVALID_ARGUMENT"));
+}

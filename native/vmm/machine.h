@@ -332,9 +332,10 @@ class Machine final : private VcpuHost {
     std::atomic<bool> done{false};    // set by the thread when it is through
     std::atomic<bool> cancel{false};  // a stop: give up between chunks
     std::string dir;                  // snapshot_dir_ when it started
-    // Memory: mem_chain_[0, mem_layers) into mem_merged (relative to dir).
+    // Memory: mem_chain_[mem_first, mem_first + mem_layers) into mem_merged (relative to
+    // dir): a diff over mem_chain_[mem_first - 1], or a full layer when mem_first is 0.
     bool memory = false, memory_ok = false;
-    size_t mem_layers = 0;
+    size_t mem_first = 0, mem_layers = 0;
     std::string mem_merged;
     std::vector<std::string> mem_paths;
     uint64_t ram_bytes = 0;

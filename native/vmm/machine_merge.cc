@@ -47,6 +47,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// A memory chain entry naming another directory's layer (restored elsewhere).
+bool is_absolute(const std::string& p) { return !p.empty() && p[0] == '/'; }
+
 // A disk path as the state records it (relative inside `dir`): owned by `dir`.
 bool inside(const std::string& dir, const std::string& p) { return p.rfind(dir + "/", 0) == 0; }
 
@@ -74,14 +77,16 @@ void Machine::start_merges() {
   if (merge_ || snapshot_dir_.empty() || released_.load()) return;
   auto job = std::make_unique<LayerMerge>();
   job->dir = snapshot_dir_;
-  // Memory: once 8 of its layers are this directory's own. A chain that is mostly another
-  // directory's (a template's, a fork parent's) is not copied in for fewer: the bound below
-  // (a full layer at 32) still caps it.
-  const size_t own_memory = static_cast<size_t>(
-      std::count_if(mem_chain_.begin(), mem_chain_.end(), [](const std::string& p) { return p.empty() || p[0] != '/'; }));
+  // Memory: once 8 of its layers are this directory's own (they trail: another directory's
+  // layers, a template's or a fork parent's, come first). Over another directory's bottom the
+  // own diffs merge into one diff, so a template's memory is never copied in; over an own
+  // bottom, the whole chain into one full layer.
+  size_t own_memory = 0;
+  while (own_memory < mem_chain_.size() && !is_absolute(mem_chain_[mem_chain_.size() - 1 - own_memory])) own_memory++;
   if (own_memory >= kMemoryMergeAt) {
     job->memory = true;
-    job->mem_layers = mem_chain_.size();
+    job->mem_first = mem_chain_.size() - own_memory;
+    job->mem_layers = own_memory;
     job->mem_merged = merged_name("merged", generation_) + ".layer";
     for (const auto& p : mem_chain_) job->mem_paths.push_back(resolve_layer_path(snapshot_dir_, p));
     job->ram_bytes = ram_->size();
@@ -118,8 +123,19 @@ void Machine::start_merges() {
         }
       }
       if (j->memory) {
+        const std::string out = j->dir + "/" + j->mem_merged;
         try {
-          merge_memory_layers(j->mem_paths, j->ram_bytes, j->dir + "/" + j->mem_merged, &j->cancel);
+          if (j->mem_first > 0) {
+            try {
+              merge_diff_layers(j->mem_paths, j->mem_first, j->ram_bytes, out, kDiffMergeMaxBytes, &j->cancel);
+            } catch (const Error& e) {
+              if (std::string(e.code()) != code::kInvalidArgument) throw;
+              // Too many pages to hold while merging: one full layer of the whole chain instead.
+              j->mem_first = 0;
+              j->mem_layers = j->mem_paths.size();
+            }
+          }
+          if (j->mem_first == 0) merge_memory_layers(j->mem_paths, j->ram_bytes, out, &j->cancel);
           j->memory_ok = true;
         } catch (...) {
           // The chain stays as it was; the bound makes a later capture write a full layer.
@@ -147,9 +163,11 @@ void Machine::adopt_merges(bool wait) {
   LayerMerge& j = *merge_;
   const bool same_dir = j.dir == snapshot_dir_;
   // Memory: only for the chain it merged (the machine may have written elsewhere since).
-  if (j.memory_ok && same_dir && j.mem_layers <= mem_chain_.size()) {
-    std::vector<std::string> chain{j.mem_merged};
-    chain.insert(chain.end(), mem_chain_.begin() + static_cast<std::ptrdiff_t>(j.mem_layers), mem_chain_.end());
+  if (j.memory_ok && same_dir && j.mem_first + j.mem_layers <= mem_chain_.size()) {
+    const auto from = mem_chain_.begin() + static_cast<std::ptrdiff_t>(j.mem_first);
+    std::vector<std::string> chain(mem_chain_.begin(), from);
+    chain.push_back(j.mem_merged);
+    chain.insert(chain.end(), from + static_cast<std::ptrdiff_t>(j.mem_layers), mem_chain_.end());
     mem_chain_ = std::move(chain);
     j.memory_ok = false;  // adopted: not removed below
   }
