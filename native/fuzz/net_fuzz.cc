@@ -33,6 +33,7 @@
 #include "devices/virtio/net/net_device.h"
 #include "devices/virtio/net/stream_frame.h"
 #include "devices/virtio/queue/mock.h"
+#include "fuzz/reused_machine.h"
 
 using namespace torpor;
 using namespace torpor::virtio_net;
@@ -76,39 +77,12 @@ struct Reader {
   }
 };
 
-// Guest RAM and the I/O loop live for the process (fuzzers never exit cleanly): a fresh
-// 4 MiB RAM per input (allocated, zeroed, faulted in, unmapped) was ~70% of an input's
-// cost. Each input leaves them as it found them (see reset_shared).
-FakeRam& shared_ram() {
-  static FakeRam* ram = new FakeRam(kRamSize);
-  return *ram;
-}
-EventLoop& idle_loop() {  // never started: nothing runs on it but what reset_shared drains
-  static EventLoop* loop = new EventLoop();
-  return *loop;
-}
-
-// After an input's devices are gone: closures the transport posted find their device dead
-// (its guard) and do nothing; the pages the input wrote (GuestMemory's dirty bitmap, which
-// every device write and every harness write goes through) are zeroed. The next input sees
-// the same all-zero RAM and empty loop as the first.
-void reset_shared() {
-  idle_loop().run_pending();
-  shared_ram().zero_dirty();
-#ifdef TORPOR_FUZZ_STANDALONE
-  // The standalone driver checks that nothing wrote guest RAM behind the dirty bitmap (a
-  // snapshot would lose such a write, and the next input would see it).
-  if (!shared_ram().all_zero()) {
-    std::fprintf(stderr, "net_fuzz: guest RAM written without marking it dirty\n");
-    std::abort();
-  }
-#endif
-}
+FakeRam& guest_ram() { return fuzz::reused_ram(kRamSize); }
 
 struct Harness {
-  FakeRam& ram = shared_ram();
+  FakeRam& ram = guest_ram();  // reused: all zero at an input's start (reused_machine.h)
   testing::CountingIrq irq;
-  EventLoop& loop = idle_loop();
+  EventLoop& loop = fuzz::idle_loop();
   VirtioNetDevice* net = new VirtioNetDevice(ram.mem, kMac);
   VirtioMmioTransport dev{ram.mem, irq, loop, std::unique_ptr<VirtioDevice>(net)};
   MockDriverQueue rxq{ram.mem, kRxRing, kRing}, txq{ram.mem, kTxRing, kRing};
@@ -169,7 +143,7 @@ void run_input(const uint8_t* data, size_t size) {
         uint64_t gpa = h.alloc(len);
         const uint8_t* bytes;
         size_t got = in.take(len, &bytes);
-        h.ram.mem.write(gpa, bytes, got);  // marked dirty: reset_shared zeroes it
+        h.ram.mem.write(gpa, bytes, got);  // through mem: marked dirty, zeroed after the input
         if ((op & 0x10) && len > kHeaderLen)
           h.txq.add_chain({{gpa, kHeaderLen, false}, {gpa + kHeaderLen, len - kHeaderLen, false}});
         else
@@ -251,7 +225,7 @@ void run_input(const uint8_t* data, size_t size) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   run_input(data, size);
-  reset_shared();
+  fuzz::reset_reused_machine(guest_ram());
   return 0;
 }
 
