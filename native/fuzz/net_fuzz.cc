@@ -93,8 +93,13 @@ struct Harness {
   uint64_t next = kBufs;
 
   // A driver (re)starting lays out fresh rings; at an input's start RAM is all zero already.
+  // Only the rings: nothing else below kBufs is ever written (a restore does not move them),
+  // and zeroing all 64 KiB on every driver reset was ~6% of the cost.
   void init(bool event_idx, bool reset) {
-    if (reset) std::memset(ram.at(0), 0, kBufs);
+    if (reset) {
+      std::memset(ram.at(kRxRing), 0, rxq.end() - kRxRing);
+      std::memset(ram.at(kTxRing), 0, txq.end() - kTxRing);
+    }
     rxq.recycle();
     txq.recycle();
     rx_posted.clear();
