@@ -71,6 +71,10 @@ void put_desc(uint64_t at, uint64_t addr, uint32_t len, uint16_t flags, uint16_t
 // Lays out RAM from the input; returns the queue layout (flags in *flags).
 Layout build_ram(const uint8_t* data, size_t size, uint8_t* flags) {
   std::memset(g_ram, 0, kData);
+  // The indirect tables' area: the input fills the rest of the data area, not this, and the
+  // device may have written here (a previous input's buffers, or this input's queue pass):
+  // without it an input's behaviour depended on what ran before.
+  std::memset(g_ram + kRamSize - 2048, 0, 2048);
   size_t pos = 0;
   auto byte = [&]() -> uint8_t { return pos < size ? data[pos++] : 0; };
   uint16_t qsize = static_cast<uint16_t>(1u << (byte() % 9));
