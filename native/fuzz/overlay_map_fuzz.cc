@@ -8,13 +8,16 @@
 // writes applied, discards back to the lower bytes).
 //
 // Input: [size sel u8][fix u8][map len u16][map bytes][ops: op u8, block u8, len u8, byte u8]...
-// Files live in /dev/shm (memory): one data file and its map per input.
+// Files live in /dev/shm (memory): one data file and its map, reset per input (files()).
 //
 //   make -C native/fuzz libfuzzer; native/fuzz/campaign.sh   (clang)
 //   make -C native/fuzz run                                   (g++: random inputs)
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -24,7 +27,6 @@
 #include <vector>
 
 #include "common/error.h"
-#include "devices/virtio/blk/memory_disk.h"
 #include "devices/virtio/blk/overlay_disk.h"
 
 using namespace torpor;
@@ -32,55 +34,114 @@ using namespace torpor;
 namespace {
 
 constexpr uint64_t kBlock = OverlayDisk::kBlockSize;
+constexpr uint64_t kMaxBlocks = 64;
 long g_opened = 0, g_refused = 0, g_ops = 0;
 
-std::string data_path() {
-  static std::string p = "/dev/shm/torpor-overlay-fuzz-" + std::to_string(::getpid());
-  return p;
+// The lower disk: byte 0xA0 + block number, computed on read (a MemoryDisk filled byte by
+// byte per input was most of an input's cost). Read-only: the overlay never writes below
+// itself, and a write it tried would fail the operation, which the target checks.
+class PatternDisk final : public Disk {
+ public:
+  explicit PatternDisk(uint64_t size) : size_(size) {}
+  uint64_t size() const override { return size_; }
+  bool read_only() const override { return true; }
+  int read(uint64_t offset, void* dst, size_t len) override {
+    if (!disk_range_ok(size_, offset, len)) return -EINVAL;
+    auto* out = static_cast<uint8_t*>(dst);
+    while (len > 0) {
+      size_t n = static_cast<size_t>(std::min<uint64_t>(len, kBlock - offset % kBlock));
+      std::memset(out, static_cast<int>(0xA0 + offset / kBlock), n);
+      out += n;
+      offset += n;
+      len -= n;
+    }
+    return 0;
+  }
+  int write(uint64_t, const void*, size_t) override { return -EROFS; }
+  int flush() override { return 0; }
+
+ private:
+  uint64_t size_;
+};
+
+// Per-input buffers of the largest disk, allocated once (only the disk's first bytes are used,
+// and every one of them is set before it is read).
+uint8_t g_model[kMaxBlocks * kBlock], g_all[kMaxBlocks * kBlock], g_buf[kMaxBlocks * kBlock];
+
+// The overlay's two files in /dev/shm (memory), created once per process and kept open here:
+// an input resets them through these fds (truncate, write) instead of unlinking, creating and
+// reopening them, and the overlay under test still opens them by path as a machine does.
+// Every input sets both files' whole contents before the overlay opens them, so no input sees
+// another's bytes.
+struct OverlayFiles {
+  std::string data = "/dev/shm/torpor-overlay-fuzz-" + std::to_string(::getpid());
+  std::string map = OverlayDisk::map_path(data);
+  int data_fd = open_rw(data);
+  int map_fd = open_rw(map);
+  static int open_rw(const std::string& path) {
+    int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) std::abort();
+    return fd;
+  }
+};
+OverlayFiles& files() {
+  static OverlayFiles* f = [] {
+    auto* made = new OverlayFiles();
+    std::atexit([] {
+      ::unlink(files().data.c_str());
+      ::unlink(files().map.c_str());
+    });
+    return made;
+  }();
+  return *f;
 }
 
-void write_file(const std::string& path, const uint8_t* p, size_t n) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) std::abort();
-  if (n && ::write(fd, p, n) != static_cast<ssize_t>(n)) std::abort();
-  ::close(fd);
+void truncate_file(int fd) {
+  if (::ftruncate(fd, 0) != 0) std::abort();
 }
 
 // The map's slot layout, as overlay_disk.cc writes it: header then bitmap;
 // the checksum is recomputed by writing a map the disk's own way: open a
-// fresh overlay, mark the blocks the input's bitmap names, flush.
-std::vector<uint8_t> valid_map(uint64_t size, const uint8_t* bits, size_t nbits, std::vector<bool>* allocated) {
-  std::string path = data_path();
-  ::unlink(path.c_str());
-  ::unlink(OverlayDisk::map_path(path).c_str());
-  {
-    OverlayDisk d(nullptr, path, size);
-    uint64_t blocks = (size + kBlock - 1) / kBlock;
-    std::vector<uint8_t> block(kBlock, 0);
-    for (uint64_t b = 0; b < blocks && b / 8 < nbits; b++) {
-      if ((bits[b / 8] >> (b % 8)) & 1) {
-        uint64_t len = std::min<uint64_t>(kBlock, size - b * kBlock);
-        std::memset(block.data(), static_cast<int>(b + 1), len);
-        if (d.write(b * kBlock, block.data(), len) != 0) std::abort();
-        (*allocated)[b] = true;
-      }
+// fresh overlay (an empty map file), mark the blocks the input's bitmap names,
+// flush. The map file then holds the valid map.
+void write_valid_map(uint64_t size, const uint8_t* bits, size_t nbits, std::vector<bool>* allocated) {
+  truncate_file(files().map_fd);
+  OverlayDisk d(nullptr, files().data, size);
+  uint64_t blocks = (size + kBlock - 1) / kBlock;
+  auto named = [&](uint64_t b) { return b < blocks && b / 8 < nbits && ((bits[b / 8] >> (b % 8)) & 1); };
+  // Each run of named blocks in one write (block b holds b + 1): a write per block was a
+  // system call per block.
+  for (uint64_t b = 0; b < blocks; b++) {
+    if (!named(b)) continue;
+    uint64_t end = b;
+    for (; named(end); end++) {
+      std::memset(g_buf + (end - b) * kBlock, static_cast<int>(end + 1), kBlock);
+      (*allocated)[end] = true;
     }
-    if (d.flush() != 0) std::abort();
+    uint64_t len = std::min<uint64_t>(end * kBlock, size) - b * kBlock;
+    if (d.write(b * kBlock, g_buf, len) != 0) std::abort();
+    b = end;
   }
-  std::vector<uint8_t> out;
-  int fd = ::open(OverlayDisk::map_path(path).c_str(), O_RDONLY | O_CLOEXEC);
-  uint8_t buf[4096];
-  ssize_t n;
-  while ((n = ::read(fd, buf, sizeof buf)) > 0) out.insert(out.end(), buf, buf + n);
-  ::close(fd);
-  return out;
+  if (d.flush() != 0) std::abort();
+}
+
+// Flips bits of the map file's byte at (index % its size), when it has any.
+void corrupt_map_byte(size_t index, uint8_t mask) {
+  struct stat st;
+  if (::fstat(files().map_fd, &st) != 0) std::abort();
+  if (st.st_size == 0) return;
+  off_t at = static_cast<off_t>(index % static_cast<size_t>(st.st_size));
+  uint8_t b;
+  if (::pread(files().map_fd, &b, 1, at) != 1) std::abort();
+  b ^= mask;
+  if (::pwrite(files().map_fd, &b, 1, at) != 1) std::abort();
 }
 
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 4) return 0;
-  uint64_t blocks = 1 + data[0] % 64;
+  uint64_t blocks = 1 + data[0] % kMaxBlocks;
   uint64_t disk_size = blocks * kBlock - (data[0] & 0x40 ? 512 * (data[0] % 7) : 0);
   bool fix = data[1] & 1;
   size_t map_len = std::min<size_t>(data[2] | (data[3] << 8), size - 4);
@@ -88,24 +149,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const uint8_t* ops = map + map_len;
   size_t ops_len = size - 4 - map_len;
 
-  std::string path = data_path();
+  const std::string& path = files().data;
   std::vector<bool> written(blocks, false);  // blocks a valid map says the overlay holds
-  std::vector<uint8_t> map_bytes;
   if (fix) {
-    map_bytes = valid_map(disk_size, map, map_len, &written);
+    write_valid_map(disk_size, map, map_len, &written);
     // Corrupt one byte now and then, past the checksum's reach or not.
-    if (data[1] & 2 && !map_bytes.empty()) map_bytes[(data[1] >> 2) * 7 % map_bytes.size()] ^= 0x5a;
+    if (data[1] & 2) corrupt_map_byte((data[1] >> 2) * 7, 0x5a);
   } else {
-    map_bytes.assign(map, map + map_len);
-    write_file(path, nullptr, 0);
+    truncate_file(files().data_fd);
+    truncate_file(files().map_fd);
+    if (map_len && ::pwrite(files().map_fd, map, map_len, 0) != static_cast<ssize_t>(map_len)) std::abort();
   }
-  write_file(OverlayDisk::map_path(path), map_bytes.data(), map_bytes.size());
 
-  // The lower disk: byte 0xA0 + block number.
-  auto lower = std::make_unique<MemoryDisk>(disk_size);
-  std::vector<uint8_t> fill(disk_size);
-  for (uint64_t o = 0; o < disk_size; o++) fill[o] = static_cast<uint8_t>(0xA0 + o / kBlock);
-  lower->write(0, fill.data(), fill.size());
+  auto lower = std::make_unique<PatternDisk>(disk_size);
 
   std::unique_ptr<OverlayDisk> disk;
   try {
@@ -120,8 +176,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   g_opened++;
   // The model: what a read of each byte must return now.
-  std::vector<uint8_t> model(disk_size);
-  std::vector<uint8_t> got(kBlock * 2);
+  uint8_t* model = g_model;
   for (uint64_t b = 0; b < blocks; b++) {
     uint64_t len = std::min<uint64_t>(kBlock, disk_size - b * kBlock);
     if (!disk->allocated(b)) {
@@ -139,8 +194,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     uint8_t v = ops[i + 3];
     g_ops++;
     if (op == 0) {
-      std::vector<uint8_t> buf(len, v);
-      if (disk->write(off, buf.data(), len) != 0) std::abort();
+      std::memset(g_buf, v, len);
+      if (disk->write(off, g_buf, len) != 0) std::abort();
       std::memset(&model[off], v, len);
     } else if (op == 1) {
       if (disk->discard(off, len) != 0) std::abort();
@@ -154,15 +209,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     } else if (op == 2) {
       if (disk->flush() != 0) std::abort();
     } else {
-      std::vector<uint8_t> buf(len);
-      if (disk->read(off, buf.data(), len) != 0) std::abort();
-      if (std::memcmp(buf.data(), &model[off], len) != 0) std::abort();
+      if (disk->read(off, g_buf, len) != 0) std::abort();
+      if (std::memcmp(g_buf, &model[off], len) != 0) std::abort();
     }
   }
   // Everything reads back as the model says.
-  std::vector<uint8_t> all(disk_size);
-  if (disk->read(0, all.data(), disk_size) != 0) std::abort();
-  if (all != model) std::abort();
+  if (disk->read(0, g_all, disk_size) != 0) std::abort();
+  if (std::memcmp(g_all, model, disk_size) != 0) std::abort();
   return 0;
 }
 
@@ -183,8 +236,6 @@ int main(int argc, char** argv) {
   }
   std::printf("overlay_map_fuzz: %ld random inputs, %ld opened, %ld refused with a coded error, %ld operations checked, no crash\n",
               iterations, g_opened, g_refused, g_ops);
-  ::unlink(data_path().c_str());
-  ::unlink(OverlayDisk::map_path(data_path()).c_str());
-  return 0;
+  return 0;  // the files go at exit (files())
 }
 #endif

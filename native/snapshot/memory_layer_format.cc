@@ -14,10 +14,10 @@ namespace {
 
 uint64_t round_up_page(uint64_t v) { return (v + kPageSize - 1) / kPageSize * kPageSize; }
 
+// Zero first byte, and every byte equal to the one before it. One memcmp, not a branch per
+// byte: a header page is ~4 KiB of these, most of a parse's cost under fuzz instrumentation.
 bool all_zero(const uint8_t* p, size_t n) {
-  for (size_t i = 0; i < n; i++)
-    if (p[i]) return false;
-  return true;
+  return n == 0 || (p[0] == 0 && std::memcmp(p, p + 1, n - 1) == 0);
 }
 
 }  // namespace

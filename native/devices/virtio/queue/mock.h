@@ -5,6 +5,7 @@
 // negative tests. Header-only; used only by *_test.cc and fuzz targets.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
@@ -25,6 +26,26 @@ struct FakeRam {
   uint64_t base;
   GuestMemory mem;
   uint8_t* at(uint64_t gpa) { return bytes.data() + (gpa - base); }
+
+  // Zeroes the pages written through `mem` since the last call (its dirty bitmap), and clears
+  // the bitmap: a fuzz target reuses one RAM across inputs at the cost of the pages an input
+  // touched, not of the whole RAM. Bytes written through at() are not seen: write them
+  // through mem (or mark them dirty) when the RAM is reset this way.
+  void zero_dirty() {
+    std::vector<uint64_t> words = mem.take_dirty(0);
+    for (size_t w = 0; w < words.size(); w++)
+      for (uint64_t bits = words[w]; bits != 0; bits &= bits - 1) {
+        uint64_t page = w * 64 + static_cast<uint64_t>(__builtin_ctzll(bits));
+        std::memset(bytes.data() + page * kPageSize, 0, kPageSize);
+      }
+  }
+  // True when no byte is set: after zero_dirty, every write went through the dirty bitmap.
+  bool all_zero() const {
+    static const uint8_t zero[kPageSize] = {};
+    for (size_t at = 0; at < bytes.size(); at += kPageSize)
+      if (std::memcmp(bytes.data() + at, zero, std::min<size_t>(kPageSize, bytes.size() - at)) != 0) return false;
+    return true;
+  }
 };
 
 class MockDriverQueue {

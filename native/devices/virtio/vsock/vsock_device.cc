@@ -145,6 +145,7 @@ void VsockDevice::quiesce() {
   if (timer_fd_ >= 0) {
     itimerspec off{};
     timerfd_settime(timer_fd_, 0, &off, nullptr);
+    timer_set_ = Clock::time_point::max();
   }
 }
 
@@ -657,6 +658,8 @@ void VsockDevice::arm_timer() {
                             [](const Control& c) { return c.op == vsock::kOpRequest; });
     if (held) next = std::min(next, Clock::now() + kRefillPoll);
   }
+  if (next == timer_set_) return;  // set already (or expired, and on_timer is on its way)
+  timer_set_ = next;
   itimerspec its{};
   if (next != Clock::time_point::max()) {
     auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(next.time_since_epoch()).count();
@@ -673,6 +676,7 @@ void VsockDevice::on_timer() {
   uint64_t expirations;
   ssize_t ignored = read(timer_fd_, &expirations, sizeof expirations);
   (void)ignored;
+  timer_set_ = Clock::time_point::max();  // a one-shot timer that fired is disarmed
   if (quiesced_) return;  // deadlines are looked at again by unquiesce()
   Clock::time_point now = Clock::now();
   for (auto& [port, cp] : conns_) {

@@ -174,6 +174,9 @@ class VsockDevice final : public VirtioDevice, public VsockHost {
   VirtioTransport* transport_ = nullptr;
   std::shared_ptr<Life> life_;
   int timer_fd_ = -1;
+  // What timer_fd_ is set to (max(): disarmed), so that arm_timer, called after every pump
+  // (every guest kick), makes no system call when the earliest deadline did not move.
+  Clock::time_point timer_set_ = Clock::time_point::max();
 
   uint64_t guest_cid_;
   uint32_t next_port_ = 1024;

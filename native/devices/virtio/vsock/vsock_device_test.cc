@@ -559,6 +559,30 @@ TEST("vsock device: refused, timed out, and a malformed packet on a live connect
   CHECK_EQ(g.stats().live, uint64_t{0});
 }
 
+// arm_timer skips the system call when the earliest deadline did not move: kicks in between
+// must not lose the timer, and a pause that outlives a deadline must still fire it on resume.
+TEST("vsock device: a connect timeout fires through guest kicks, and on resume after a pause that outlived it") {
+  Guest g;
+  auto t = g.connect(6001, 100);
+  Packet req;
+  CHECK(g.next_op(kOpRequest, &req));
+  for (int i = 0; i < 5; i++) {
+    g.dev->notify(VsockDevice::kRxQueue);
+    std::this_thread::sleep_for(Ms(10));
+  }
+  CHECK(t->wait(2000));
+  CHECK(t->code == "TIMEOUT");
+
+  auto u = g.connect(6003, 100);
+  CHECK(g.next_op(kOpRequest, &req));
+  g.dev->quiesce();
+  std::this_thread::sleep_for(Ms(300));
+  CHECK(!u->wait(0));  // paused: the timer is stopped
+  g.dev->unquiesce();
+  CHECK(u->wait(2000));
+  CHECK(u->code == "TIMEOUT");
+}
+
 TEST("vsock device: host close -> SHUTDOWN, then RST on the guest's RST or after the timeout") {
   Guest g;
   uint32_t hp;
