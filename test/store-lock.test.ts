@@ -2,7 +2,7 @@
 // between processes and inside one, free at once when its holder is SIGKILLed
 // (even while a child it spawned lives on: the fd is O_CLOEXEC), no handle on
 // the event loop, the holder's pid readable by whoever is refused.
-import { spawn, type ChildProcessByStdio } from 'node:child_process';
+import { spawn, spawnSync, type ChildProcessByStdio } from 'node:child_process';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -12,6 +12,7 @@ import * as assert from 'uvu/assert';
 
 import { TorporError } from '../lib/errors.js';
 import { acquireLock, tryLock } from '../lib/store/lock.js';
+import { takeOwnerLock } from '../lib/store/owner-lock.js';
 
 const fixture = join(import.meta.dirname, 'fixtures', 'lock-holder.ts');
 
@@ -107,6 +108,35 @@ test('a SIGKILLed holder frees the lock at once, though a child it spawned lives
       await exited(child);
       if (sleeper) process.kill(sleeper, 'SIGKILL');
     }
+  }),
+);
+
+test('a dead owner whose lock a forked child still holds (killed between fork and exec): takeOwnerLock waits for it', () =>
+  withDir(async (dir) => {
+    const path = join(dir, 'c.lock');
+    // The holder takes the lock and records its pid as the addon does, forks a child that keeps
+    // the inherited lock 600 ms without exec'ing (as a passt start caught between fork and exec),
+    // and dies at once.
+    const script = [
+      'import fcntl, os, sys, time',
+      `fd = os.open(${JSON.stringify(path)}, os.O_RDWR | os.O_CREAT, 0o644)`,
+      'fcntl.flock(fd, fcntl.LOCK_EX)',
+      'os.ftruncate(fd, 0); os.write(fd, f"{os.getpid()}\\n".encode())',
+      'if os.fork() == 0:',
+      '    time.sleep(0.6); os._exit(0)',
+      'print("forked", flush=True); os._exit(0)',
+    ].join('\n');
+    // No pipes: the forked child would hold them open and spawnSync would wait for it too.
+    const r = spawnSync('python3', ['-c', script], { stdio: 'ignore' });
+    assert.is(r.status, 0);
+    const busy = tryLock(path);
+    assert.not.ok(busy.ok, 'held by the forked child');
+    const t0 = performance.now();
+    const taken = await takeOwnerLock(path);
+    const waited = performance.now() - t0;
+    assert.ok(taken.ok, 'taken once the child let go');
+    assert.ok(waited > 100 && waited < 3000, `waited ${waited.toFixed(0)} ms`);
+    if (taken.ok) await taken.lock.release();
   }),
 );
 
