@@ -606,6 +606,9 @@ kvmTest('SIGKILL of a process while it pauses and connects, at random moments (5
       await back.pause();
     }
     console.log(`  sandbox-pause: ${rounds} SIGKILLs during pause/connect cycles: resumed from memory ${from.memory}, from disk ${from.disk}`);
+    // The killed children's half-done meta.json writes were swept by the last pause.
+    const temps = (await readdir(join(home, 'sandboxes', id))).filter((n) => n.startsWith('meta.json.'));
+    assert.equal(temps, [], `left in the sandbox directory: ${temps.join(' ')}`);
   } finally {
     await Sandbox.kill(id).catch(() => undefined);
   }

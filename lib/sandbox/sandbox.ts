@@ -475,6 +475,8 @@ export class Sandbox implements AsyncDisposable {
       await this.#dir.dropUnusedTops(diskLayers).catch(() => undefined);
       // meta.json is durable: what this generation no longer names goes.
       await dropUnreferencedLayers(this.#dir, diskLayers).catch(() => undefined);
+      // meta.json writes a killed owner left half done.
+      await this.#dir.dropStaleMetaTemps().catch(() => undefined);
     } finally {
       this.#run = null;
       unregisterRunning(this);

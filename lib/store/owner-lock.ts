@@ -17,7 +17,8 @@ export type TakeResult = { ok: true; lock: OwnerLock } | { ok: false; ownerPid: 
 /** How long a lock whose recorded owner is dead may take to be let go. */
 const DEAD_OWNER_GRACE_MS = 3000;
 
-function alive(pid: number): boolean {
+/** Whether process `pid` exists (ours or another user's). */
+export function processAlive(pid: number): boolean {
   try {
     process.kill(pid, 0);
     return true;
@@ -31,7 +32,7 @@ export async function takeOwnerLock(path: string): Promise<TakeResult> {
   const deadline = Date.now() + DEAD_OWNER_GRACE_MS;
   for (;;) {
     const r = await tryLock(path);
-    if (r.ok || r.ownerPid === null || alive(r.ownerPid) || Date.now() >= deadline) return r;
+    if (r.ok || r.ownerPid === null || processAlive(r.ownerPid) || Date.now() >= deadline) return r;
     await new Promise((resolve) => setTimeout(resolve, 20));
   }
 }

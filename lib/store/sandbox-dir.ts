@@ -20,6 +20,7 @@ import { isSandboxState, type SandboxState } from '../sandbox/lifecycle.js';
 import { homeLayout, torporHome } from './home.js';
 import { fsyncPath } from './fsync.js';
 import { generationDiskLayers } from './generations.js';
+import { processAlive } from './owner-lock.js';
 
 export type OnTimeout = 'pause' | 'kill';
 export type ResumedFrom = 'memory' | 'disk';
@@ -229,6 +230,18 @@ export class SandboxDir {
     }
     await rename(tmp, this.metaPath);
     await fsyncPath(this.path);
+  }
+
+  /** The temporary files of meta.json writes whose process died before the rename (a SIGKILL
+   *  mid-write) go; those of a live process stay. Returns how many were removed. */
+  async dropStaleMetaTemps(): Promise<number> {
+    let removed = 0;
+    for (const name of await readdir(this.path).catch(() => [] as string[])) {
+      const m = /^meta\.json\.(\d{1,10})\.[0-9a-f]+\.tmp$/.exec(name);
+      if (!m || processAlive(Number(m[1]))) continue;
+      if (await unlink(join(this.path, name)).then(() => true, () => false)) removed++;
+    }
+    return removed;
   }
 
   /** writeMeta() for a process that is ending (an `exit` handler: nothing asynchronous runs). */
