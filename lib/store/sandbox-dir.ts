@@ -19,6 +19,7 @@ import type { ResolvedNetwork } from '../net/options.js';
 import { isSandboxState, type SandboxState } from '../sandbox/lifecycle.js';
 import { homeLayout, torporHome } from './home.js';
 import { fsyncPath } from './fsync.js';
+import { currentGenerationOf } from '../vm/snapshot-files.js';
 import { generationDiskLayers } from './generations.js';
 import { processAlive } from './owner-lock.js';
 
@@ -265,14 +266,7 @@ export class SandboxDir {
 
   /** The generation `snapshots/current` names; 0 when none was written. */
   async currentGeneration(): Promise<number> {
-    let text: string;
-    try {
-      text = await readFile(join(this.snapshots, 'current'), 'utf8');
-    } catch {
-      return 0;
-    }
-    const m = /^gen-(\d{1,18})\n?$/.exec(text);
-    return m ? Number(m[1]) : 0;
+    return currentGenerationOf(this.snapshots);
   }
 
   /**

@@ -259,8 +259,9 @@ export class Machine extends EventEmitter<MachineEvents> {
   /**
    * Removes from a snapshot directory the files of older generations that its current generation
    * no longer names: a machine merges its own memory and disk layers off the capture path, so
-   * after a while older generations hold only what was merged away. The current generation's
-   * directory, anything newer, tops/ and temporaries stay; `keep` (absolute paths) too. Call it
+   * after a while older generations hold only what was merged away; and the disk tops of stopped
+   * machines (under tops/; their generations hold hard links). The current generation's
+   * directory, anything newer and temporaries stay; `keep` (absolute paths) too. Call it
    * only while no machine of this directory runs (after snapshot(dir, { stop: true }), before the
    * next restore): a running one may be writing a merge into it. Resolves to the files removed.
    */

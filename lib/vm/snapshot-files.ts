@@ -39,10 +39,10 @@ export async function currentGenerationOf(dir: string): Promise<number> {
 }
 
 /**
- * Removes the files of older generations (gen-<k>/ below the current one) and of layers/ that
- * the current generation's manifest does not name, nor `keep` (absolute paths; a disk layer's
- * .map goes with it). The current generation's directory, newer ones (a capture that died before
- * switching `current`), tops/ and any *.tmp are left alone. Does nothing when the current
+ * Removes the files of older generations (gen-<k>/ below the current one), of layers/ and of
+ * tops/ that the current generation's manifest does not name, nor `keep` (absolute paths; a disk
+ * layer's .map goes with it). The current generation's directory, newer ones (a capture that
+ * died before switching `current`) and any *.tmp are left alone. Does nothing when the current
  * manifest cannot be read: a file kept is never a loss. Only while no machine captures into or
  * merges in `dir`. Returns how many files it removed.
  */
@@ -79,5 +79,8 @@ export async function pruneSnapshotDir(dir: string, keep: readonly string[] = []
     if (m && Number(m[1]) < generation) await sweep(entry, true);
   }
   await sweep('layers', false);
+  // Disk tops: a generation names its frozen copy (a hard link under gen-<n>/), never the top's
+  // own name, and with no machine running none of them is live.
+  await sweep('tops', false);
   return removed;
 }
