@@ -18,6 +18,8 @@ import { testUnless } from './skip-unless.js';
 const kvmTest = testUnless('vmm-snapshot', testvmSkipReason());
 
 const COUNTER = 0x100008;
+/** Time for a merge off the capture path to finish (emulated CPUs in the nested host). */
+const MERGE_WAIT_MS = process.env.TORPOR_NESTED === '1' ? 3000 : 300;
 const MiB = 1024 * 1024;
 
 function tempDir(): string {
@@ -401,7 +403,7 @@ kvmTest('disk layers merge off the capture path: a machine captured 12 times hol
       last = await m.snapshot(dir);
       await m.resume();
       // A merge starts once 8 own layers are frozen; give it time to finish before the next capture.
-      await sleep(g >= 8 ? 300 : 0);
+      await sleep(g >= 8 ? MERGE_WAIT_MS : 0);
     }
     assert.is(last.generation, 12);
     const layers = last.diskLayers[0]!;
@@ -444,7 +446,7 @@ kvmTest('disk layers merge while a restored machine runs: restore -> write -> ca
     const m = await Machine.restore(dir);
     try {
       assert.match(await testvmCommand(m, `blk-write ${g * 64} 0x${(0x6000 + g).toString(16)} 8`, 'blk-write'), /^blk-write=ok/);
-      await sleep(100); // the merge a restore starts reads a few small layers
+      await sleep(MERGE_WAIT_MS); // the merge a restore starts reads a few small layers
       const r = await m.snapshot(dir, { stop: true });
       assert.is(r.generation, g);
       lengths.push(r.diskLayers[0]!.length);

@@ -345,14 +345,15 @@ class Machine final : private VcpuHost {
       std::vector<std::string> layers;
       std::string merged;  // as config_ names layers (under dir)
       uint64_t size = 0;
-      bool ok = false;     // written by the thread before `done`
+      bool ok = false;     // written by the thread before disks_done passes it; false again once adopted
     };
-    std::vector<DiskPart> disks;
+    std::vector<DiskPart> disks;        // not resized once the thread runs
+    std::atomic<size_t> disks_done{0};  // disks[0, disks_done) are through (ok says how)
   };
   std::unique_ptr<LayerMerge> merge_;
   void start_merges();            // stop_mu_ held
   bool merge_due() const;         // stop_mu_ held: a capture must wait for the job in flight
-  void adopt_merges(bool wait);   // stop_mu_ held, machine paused: joins a finished (or, with wait, any) job
+  void adopt_merges(bool wait);   // stop_mu_ held, machine paused: takes the disks merged so far, and a finished (or, with wait, any) job
   void drop_merge();              // cancels and joins the job, removes what it wrote and nobody adopted
   std::once_flag finish_once_;
 };

@@ -121,6 +121,7 @@ void Machine::start_merges() {
         } catch (...) {
           // This disk's chain stays as it was; a later merge tries again.
         }
+        j->disks_done.fetch_add(1, std::memory_order_release);  // the next capture may take it now
       }
       if (j->memory) {
         const std::string out = j->dir + "/" + j->mem_merged;
@@ -158,22 +159,16 @@ bool Machine::merge_due() const {
 }
 
 void Machine::adopt_merges(bool wait) {
-  if (!merge_ || (!wait && !merge_->done.load())) return;
-  if (merge_->thread.joinable()) merge_->thread.join();
+  if (!merge_) return;
   LayerMerge& j = *merge_;
+  if (wait && j.thread.joinable()) j.thread.join();
   const bool same_dir = j.dir == snapshot_dir_;
-  // Memory: only for the chain it merged (the machine may have written elsewhere since).
-  if (j.memory_ok && same_dir && j.mem_first + j.mem_layers <= mem_chain_.size()) {
-    const auto from = mem_chain_.begin() + static_cast<std::ptrdiff_t>(j.mem_first);
-    std::vector<std::string> chain(mem_chain_.begin(), from);
-    chain.push_back(j.mem_merged);
-    chain.insert(chain.end(), from + static_cast<std::ptrdiff_t>(j.mem_layers), mem_chain_.end());
-    mem_chain_ = std::move(chain);
-    j.memory_ok = false;  // adopted: not removed below
-  }
-  // Disks: the merged overlay replaces the layers it holds, under the live top.
-  for (auto& part : j.disks) {
-    if (!part.ok || !same_dir) continue;
+  // Disks as each one finishes, even while the memory merge (larger) goes on: a machine paused
+  // soon after each restore would otherwise never get one in before its stop cancels the job.
+  const size_t finished = j.disks_done.load(std::memory_order_acquire);
+  for (size_t k = 0; k < finished && same_dir; k++) {
+    LayerMerge::DiskPart& part = j.disks[k];
+    if (!part.ok) continue;  // failed, or adopted already
     BlkOptions& d = config_.disks[part.disk];
     const auto at = d.frozen_overlays.begin() + static_cast<std::ptrdiff_t>(part.first);
     if (d.frozen_overlays.size() < part.first + part.layers.size() ||
@@ -189,7 +184,18 @@ void Machine::adopt_merges(bool wait) {
       continue;
     }
     d.frozen_overlays = std::move(frozen);
-    part.ok = false;  // adopted
+    part.ok = false;  // adopted: not removed by drop_merge
+  }
+  if (!j.done.load()) return;
+  if (j.thread.joinable()) j.thread.join();
+  // Memory: only for the chain it merged (the machine may have written elsewhere since).
+  if (j.memory_ok && same_dir && j.mem_first + j.mem_layers <= mem_chain_.size()) {
+    const auto from = mem_chain_.begin() + static_cast<std::ptrdiff_t>(j.mem_first);
+    std::vector<std::string> chain(mem_chain_.begin(), from);
+    chain.push_back(j.mem_merged);
+    chain.insert(chain.end(), from + static_cast<std::ptrdiff_t>(j.mem_layers), mem_chain_.end());
+    mem_chain_ = std::move(chain);
+    j.memory_ok = false;  // adopted: not removed below
   }
   drop_merge();
 }
