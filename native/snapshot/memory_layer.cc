@@ -236,6 +236,18 @@ Header read_header(int fd, const std::string& path, uint64_t& file_bytes) {
   }
 }
 
+// A merge stops between chunks once its machine is stopping (merge_* say so).
+void stop_if_cancelled(const std::atomic<bool>* cancel) {
+  if (cancel && cancel->load(std::memory_order_relaxed)) throw Error(code::kInvalidState, "memory layer merge cancelled");
+}
+
+// A merged layer written and synced at tmp_path becomes out_path, its directory entry durable.
+void publish_merged(const std::string& tmp_path, const std::string& out_path) {
+  if (::rename(tmp_path.c_str(), out_path.c_str()) != 0) throw_sys_error(code::kIo, "rename merged layer to " + out_path);
+  if (int rc = file_io::fsync_parent_dir(out_path.c_str()); rc < 0)
+    throw_sys_error(code::kIo, "sync directory of " + out_path, -rc);
+}
+
 }  // namespace
 
 LayerInfo write_full_layer(const std::string& path, const std::vector<RamRegion>& ram, bool sync) {
@@ -448,7 +460,7 @@ LayerInfo merge_memory_layers(const std::vector<std::string>& layer_paths, uint6
     uint64_t pages = write_image(
         out.get(), ram_bytes / kPageSize,
         [&](uint64_t p0, size_t k, const uint8_t** ptrs, bool*) {
-          if (cancel && cancel->load(std::memory_order_relaxed)) throw Error(code::kInvalidState, "memory layer merge cancelled");
+          stop_if_cancelled(cancel);
           // The bottom's pages (holes read as zeros), checked against its content checksum as we go.
           if (int rc = file_io::pread_all(bottom.fd.get(), buf.data(), k * kPageSize,
                                           kMemoryDataOffset + p0 * kPageSize); rc < 0) {
@@ -488,19 +500,13 @@ LayerInfo merge_memory_layers(const std::vector<std::string>& layer_paths, uint6
                       make_header(kKindFull, ram_bytes, layers.back()->header.identity, nullptr, pages, content_crc),
                       tmp_path);
     LayerInfo info = finish(out.get(), tmp_path, pages, true);
-    if (::rename(tmp_path.c_str(), out_path.c_str()) != 0) throw_sys_error(code::kIo, "rename merged layer to " + out_path);
-    if (int rc = file_io::fsync_parent_dir(out_path.c_str()); rc < 0)
-      throw_sys_error(code::kIo, "sync directory of " + out_path, -rc);
+    publish_merged(tmp_path, out_path);
     return info;
   } catch (...) {
     ::unlink(tmp_path.c_str());
     throw;
   }
 }
-
-}  // namespace torpor
-
-namespace torpor {
 
 LayerInfo merge_diff_layers(const std::vector<std::string>& layer_paths, size_t first, uint64_t ram_bytes,
                             const std::string& out_path, uint64_t max_bytes, const std::atomic<bool>* cancel) {
@@ -531,8 +537,7 @@ LayerInfo merge_diff_layers(const std::vector<std::string>& layer_paths, size_t 
   std::vector<PageRef> pages;
   pages.reserve(picks.size());
   for (size_t i = 0; i < picks.size(); i++) {
-    if (cancel && (i % 256) == 0 && cancel->load(std::memory_order_relaxed))
-      throw Error(code::kInvalidState, "memory layer merge cancelled");
+    if (i % 256 == 0) stop_if_cancelled(cancel);
     const MemoryChain::Layer& layer = *layers[picks[i].layer];
     const IndexEntry& entry = layer.index[picks[i].entry];
     uint8_t* dst = data.data() + i * kPageSize;
@@ -548,9 +553,7 @@ LayerInfo merge_diff_layers(const std::vector<std::string>& layer_paths, size_t 
   try {
     LayerInfo info = write_diff_layer_as(tmp_path, ram_bytes, identity_hex(layers[first - 1]->header.identity), pages,
                                          layers.back()->header.identity, /*sync=*/true);
-    if (::rename(tmp_path.c_str(), out_path.c_str()) != 0) throw_sys_error(code::kIo, "rename merged layer to " + out_path);
-    if (int rc = file_io::fsync_parent_dir(out_path.c_str()); rc < 0)
-      throw_sys_error(code::kIo, "sync directory of " + out_path, -rc);
+    publish_merged(tmp_path, out_path);
     return info;
   } catch (...) {
     ::unlink(tmp_path.c_str());

@@ -47,17 +47,24 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A memory chain entry naming another directory's layer (restored elsewhere).
-bool is_absolute(const std::string& p) { return !p.empty() && p[0] == '/'; }
-
-// A disk path as the state records it (relative inside `dir`): owned by `dir`.
-bool inside(const std::string& dir, const std::string& p) { return p.rfind(dir + "/", 0) == 0; }
-
-// How many trailing frozen overlays of a disk lie inside `dir` (merge candidates).
-size_t own_tail(const std::string& dir, const std::vector<std::string>& frozen) {
+// How many entries at the end of `paths` are this directory's own (merge
+// candidates): another directory's layers (a template's, a fork parent's)
+// come first, and only the own ones after them merge.
+template <typename Own>
+size_t own_tail(const std::vector<std::string>& paths, Own own) {
   size_t n = 0;
-  while (n < frozen.size() && inside(dir, frozen[frozen.size() - 1 - n])) n++;
+  while (n < paths.size() && own(paths[paths.size() - 1 - n])) n++;
   return n;
+}
+
+// A memory chain names its own layers relative to the directory.
+size_t own_memory_layers(const std::vector<std::string>& chain) {
+  return own_tail(chain, [](const std::string& p) { return !p.empty() && p[0] != '/'; });
+}
+
+// A disk's frozen overlays as the machine holds them: its own ones are under `dir`.
+size_t own_disk_layers(const std::string& dir, const std::vector<std::string>& frozen) {
+  return own_tail(frozen, [&](const std::string& p) { return p.rfind(dir + "/", 0) == 0; });
 }
 
 void remove_overlay(const std::string& path) {
@@ -81,8 +88,7 @@ void Machine::start_merges() {
   // layers, a template's or a fork parent's, come first). Over another directory's bottom the
   // own diffs merge into one diff, so a template's memory is never copied in; over an own
   // bottom, the whole chain into one full layer.
-  size_t own_memory = 0;
-  while (own_memory < mem_chain_.size() && !is_absolute(mem_chain_[mem_chain_.size() - 1 - own_memory])) own_memory++;
+  const size_t own_memory = own_memory_layers(mem_chain_);
   if (own_memory >= kMemoryMergeAt) {
     job->memory = true;
     job->mem_first = mem_chain_.size() - own_memory;
@@ -93,7 +99,7 @@ void Machine::start_merges() {
   }
   for (size_t i = 0; i < config_.disks.size() && i < virtio_.size(); i++) {
     const BlkOptions& d = config_.disks[i];
-    size_t own = own_tail(snapshot_dir_, d.frozen_overlays);
+    size_t own = own_disk_layers(snapshot_dir_, d.frozen_overlays);
     if (d.read_only || own < kDiskMergeAt) continue;
     VirtioBlkDevice* blk = virtio_blk_of(*virtio_[i].dev);
     if (!blk) continue;
@@ -154,7 +160,7 @@ bool Machine::merge_due() const {
   if (!merge_) return false;
   if (mem_chain_.size() + 1 >= kMemoryChainBound) return true;
   for (const auto& d : config_.disks)
-    if (own_tail(snapshot_dir_, d.frozen_overlays) + 1 >= kDiskLayerBound) return true;
+    if (own_disk_layers(snapshot_dir_, d.frozen_overlays) + 1 >= kDiskLayerBound) return true;
   return false;
 }
 
