@@ -26,6 +26,14 @@ function tempDir(): string {
   return mkdtempSync(join(tmpdir(), 'torpor-snap-'));
 }
 
+/** A sparse disk image of `bytes` beside the test's directory (`<dir>-<name>`); the test removes it. */
+function sparseBase(dir: string, name: string, bytes: number): string {
+  const base = join(dir, '..', `${dir.split('/').pop()}-${name}`);
+  writeFileSync(base, Buffer.alloc(0));
+  truncateSync(base, bytes);
+  return base;
+}
+
 function hashRam(m: Machine, bytes: number): string {
   const h = createHash('sha256');
   for (let off = 0; off < bytes; off += 16 * MiB) h.update(m.readGuest(off, Math.min(16 * MiB, bytes - off)));
@@ -321,9 +329,7 @@ kvmTest('SIGKILL of a process capturing, at random moments: the previous generat
 
 kvmTest('disk: data written before the capture reads back after the restore; each restore writes its own top layer', async () => {
   const dir = tempDir();
-  const base = join(dir, '..', `${dir.split('/').pop()}-base.img`);
-  writeFileSync(base, Buffer.alloc(0));
-  truncateSync(base, 16 * MiB);
+  const base = sparseBase(dir, 'base.img', 16 * MiB);
   const m = await bootTestvm({ memoryMiB: 32, disks: [{ base, overlay: join(dir, 'live.overlay') }] });
   try {
     assert.match(await testvmCommand(m, 'blk-write 8 0x11110000 4', 'blk-write'), /^blk-write=ok/);
@@ -391,9 +397,7 @@ function assertNoStrayMerges(dir: string, generations: number): void {
 
 kvmTest('disk layers merge off the capture path: a machine captured 12 times holds a short chain, fewer fds, and every block', async () => {
   const dir = tempDir();
-  const base = join(dir, '..', `${dir.split('/').pop()}-merge-base.img`);
-  writeFileSync(base, Buffer.alloc(0));
-  truncateSync(base, 16 * MiB);
+  const base = sparseBase(dir, 'merge-base.img', 16 * MiB);
   const m = await bootTestvm({ memoryMiB: 32, disks: [{ base, overlay: join(dir, 'live.overlay') }] });
   try {
     let last = { generation: 0, diskLayers: [] as string[][] };
@@ -436,9 +440,7 @@ kvmTest('disk layers merge off the capture path: a machine captured 12 times hol
 
 kvmTest('disk layers merge while a restored machine runs: restore -> write -> capture and stop, 14 times, the chain stays short', async () => {
   const dir = tempDir();
-  const base = join(dir, '..', `${dir.split('/').pop()}-merge2-base.img`);
-  writeFileSync(base, Buffer.alloc(0));
-  truncateSync(base, 16 * MiB);
+  const base = sparseBase(dir, 'merge2-base.img', 16 * MiB);
   const first = await bootTestvm({ memoryMiB: 32, disks: [{ base, overlay: join(dir, 'live.overlay') }] });
   await first.snapshot(dir, { stop: true });
   const lengths: number[] = [];
@@ -476,9 +478,7 @@ kvmTest('disk layers merge while a restored machine runs: restore -> write -> ca
 
 kvmTest('fork: 10 children and the parent diverge in memory and on disk', async () => {
   const dir = tempDir();
-  const base = join(dir, '..', `${dir.split('/').pop()}-fork-base.img`);
-  writeFileSync(base, Buffer.alloc(0));
-  truncateSync(base, 8 * MiB);
+  const base = sparseBase(dir, 'fork-base.img', 8 * MiB);
   const m = await bootTestvm({ memoryMiB: 32, disks: [{ base, overlay: join(dir, 'parent.overlay') }] });
   const page = 0x1400000;
   try {
@@ -618,9 +618,7 @@ kvmTest('a snapshot from another host kind is refused as incompatible before any
 
 kvmTest('vCPU, irqchip, PIT, clock and device state survive a round trip byte for byte', async () => {
   const dir = tempDir();
-  const base = join(dir, '..', `${dir.split('/').pop()}-rt-base.img`);
-  writeFileSync(base, Buffer.alloc(0));
-  truncateSync(base, 4 * MiB);
+  const base = sparseBase(dir, 'rt-base.img', 4 * MiB);
   const m = await bootTestvm({ memoryMiB: 32, vsockCid: 7, rng: true, disks: [{ base, overlay: join(dir, 'o.overlay') }] });
   try {
     assert.match(await testvmCommand(m, 'rng 16', 'rng'), /^rng=/);

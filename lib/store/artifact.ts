@@ -17,6 +17,7 @@ import { TorporError } from '../errors.js';
 import { headHash, sha256, sha256File } from './hash.js';
 import { acquireLock } from './lock.js';
 import { fsyncPath } from './fsync.js';
+import { processAlive } from './process-alive.js';
 
 export const MANIFEST = 'manifest.json';
 const MANIFEST_VERSION = 1;
@@ -169,15 +170,6 @@ async function recordFile(path: string): Promise<FileRecord> {
   return { size: st.size, mtimeMs: st.mtimeMs, sha256: await sha256File(path), headHash: await headHash(path) };
 }
 
-function pidAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}
-
 /** Mount points at or below `dir` (from /proc/self/mountinfo; octal escapes decoded). */
 async function mountsBelow(dir: string): Promise<string[]> {
   let info = '';
@@ -218,7 +210,7 @@ async function sweepDeadBuilds(kindDir: string): Promise<void> {
   for (const name of await readdir(kindDir).catch(() => [] as string[])) {
     const m = /^\.(?:tmp|damaged)-[0-9a-f]+-(\d+)-/.exec(name);
     // A directory that cannot be removed safely stays (and is reported when it is our own).
-    if (m && !pidAlive(Number(m[1]))) await removeBuildDir(join(kindDir, name)).catch(() => undefined);
+    if (m && !processAlive(Number(m[1]))) await removeBuildDir(join(kindDir, name)).catch(() => undefined);
   }
 }
 

@@ -9,6 +9,7 @@
 // for as long as the scheduler keeps it there: on a loaded host, tens of milliseconds. So a lock
 // whose recorded owner is dead is tried again for a short while before it counts as busy.
 import { tryLock, type HeldLock } from './lock.js';
+import { processAlive } from './process-alive.js';
 
 export type OwnerLock = HeldLock;
 
@@ -17,21 +18,11 @@ export type TakeResult = { ok: true; lock: OwnerLock } | { ok: false; ownerPid: 
 /** How long a lock whose recorded owner is dead may take to be let go. */
 const DEAD_OWNER_GRACE_MS = 3000;
 
-/** Whether process `pid` exists (ours or another user's). */
-export function processAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM'; // exists, someone else's
-  }
-}
-
 /** Takes the lock at `path` if it is free; otherwise says who holds it (pid, when known). */
 export async function takeOwnerLock(path: string): Promise<TakeResult> {
   const deadline = Date.now() + DEAD_OWNER_GRACE_MS;
   for (;;) {
-    const r = await tryLock(path);
+    const r = tryLock(path);
     if (r.ok || r.ownerPid === null || processAlive(r.ownerPid) || Date.now() >= deadline) return r;
     await new Promise((resolve) => setTimeout(resolve, 20));
   }

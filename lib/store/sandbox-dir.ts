@@ -21,7 +21,7 @@ import { homeLayout, torporHome } from './home.js';
 import { fsyncPath } from './fsync.js';
 import { currentGenerationOf } from '../vm/snapshot-files.js';
 import { generationDiskLayers } from './generations.js';
-import { processAlive } from './owner-lock.js';
+import { processAlive } from './process-alive.js';
 
 export type OnTimeout = 'pause' | 'kill';
 export type ResumedFrom = 'memory' | 'disk';
