@@ -38,6 +38,9 @@ const MEMORY_MIB = 32;
 // it as one more layer of its disk chain (data file + map) until a merge replaces a machine's
 // own layers with one (native/vmm/machine_merge.cc), and Machine.pruneSnapshots removes what
 // the merges made unneeded. So fds and disk must stay flat like the rest.
+// A disk merge starts once a machine's chain holds 8 own frozen layers (kDiskMergeAt) and is
+// adopted at the next capture: fds and disk run in a sawtooth of about this many captures.
+const MERGE_PERIOD_CAPTURES = 9;
 
 interface Sample {
   t: number;
@@ -177,11 +180,6 @@ async function worker(index: number, kernel: string, root: string, deadline: num
   }
 }
 
-function median(xs: number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.floor(s.length / 2)] ?? NaN;
-}
-
 async function main() {
   const kernel = testvmImage();
   if (!kernel) throw new Error('guest/testvm/out/testvm.elf is not built (make -C guest/testvm)');
@@ -217,19 +215,29 @@ async function main() {
       `${String(s.t).padStart(8)} ${String(s.fds).padStart(5)} ${String(s.threads).padStart(8)} ${String(s.rssMiB).padStart(9)} ${String(s.heapMiB).padStart(5)} ${String(s.externalMiB).padStart(9)} ${String(s.diskMiB).padStart(10)} ${String(s.echoes).padStart(7)} ${String(s.blkOps).padStart(8)} ${String(s.captures).padStart(9)} ${String(s.errors).padStart(7)}`,
     );
 
-  // Flatness: the running samples after warm-up (the first capture round) against the last third.
-  const running = samples.slice(1, -1).filter((s) => s.t >= CAPTURE_EVERY_S * 1.5);
+  // Flatness: fds and disk rise with every capture until a merge folds a machine's own layers
+  // (from the 8th on, adopted at the capture after) and fall back: a sawtooth whose period is
+  // MERGE_PERIOD_CAPTURES captures per machine. So the judge compares the peak of one whole
+  // period right after warm-up (every machine's first capture) with the peak of the last whole
+  // period: each window holds a full tooth, so its highest sample is the tooth's height whatever
+  // the phase (a median depends on where the window cuts the tooth: the first tooth, rising from
+  // single-layer chains, sits lower than the later ones that rise from a merged layer). A leak
+  // makes the teeth grow; a flat process repeats them. The windows are counted in captures, not
+  // seconds, so a slow host that captures less often than asked is judged the same. A run shorter than two periods after warm-up cannot be judged.
+  const period = MERGE_PERIOD_CAPTURES * MACHINES;
+  const running = samples.slice(1, -1).filter((s) => s.captures >= MACHINES);
+  const warmedAt = running.length ? running[0]!.captures : 0;
+  const endAt = running.length ? running[running.length - 1]!.captures : 0;
   const failures: string[] = [];
   for (const r of results) if (r.status === 'rejected') failures.push(`a machine's loop ended: ${(r.reason as Error).message}`);
   if (counters.errors > 0) failures.push(`${counters.errors} errors: ${errors.slice(0, 5).join('; ')}`);
   const checks: Record<string, { warm: number; end: number; limit: number }> = {};
-  if (running.length >= 3) {
-    const third = Math.max(1, Math.floor(running.length / 3));
-    const head = running.slice(0, third);
-    const tail = running.slice(-third);
+  const head = running.filter((s) => s.captures < warmedAt + period);
+  const tail = running.filter((s) => s.captures > endAt - period);
+  if (endAt - warmedAt >= 2 * period && head.length >= 3 && tail.length >= 3) {
     const bound = (key: 'fds' | 'threads' | 'rssMiB' | 'diskMiB', slack: (warm: number) => number) => {
-      const warm = median(head.map((s) => s[key]));
-      const end = median(tail.map((s) => s[key]));
+      const warm = Math.max(...head.map((s) => s[key]));
+      const end = Math.max(...tail.map((s) => s[key]));
       checks[key] = { warm, end, limit: warm + slack(warm) };
       if (end > warm + slack(warm)) failures.push(`${key} grew from ${warm} to ${end} (limit ${warm + slack(warm)})`);
     };
@@ -240,12 +248,15 @@ async function main() {
     // disk layers: it levels off once merges and the prune keep up.
     bound('diskMiB', (w) => Math.max(MACHINES * MEMORY_MIB, w * 0.5));
   } else {
-    failures.push(`too few samples after warm-up (${running.length}) to judge flatness: run longer`);
+    failures.push(
+      `${endAt - warmedAt} captures after warm-up with ${head.length}/${tail.length} samples per window cannot show two merge ` +
+        `periods of ${period} captures (${MERGE_PERIOD_CAPTURES} per machine): run longer, capture or sample more often`,
+    );
   }
   const last = samples[samples.length - 1]!;
   const diskPerCapture = last.captures ? last.diskMiB / last.captures : 0;
   console.log(
-    `flatness (warm-up median -> last-third median, limit): ${Object.entries(checks)
+    `flatness (peak of the first and of the last merge period, ${period} captures each, limit): ${Object.entries(checks)
       .map(([k, v]) => `${k} ${v.warm} -> ${v.end} (<= ${Math.round(v.limit)})`)
       .join(', ')}; ${last.captures} captures, disk at the end ${last.diskMiB} MiB (all of the soak's files)`,
   );
