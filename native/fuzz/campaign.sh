@@ -9,6 +9,8 @@
 #   native/fuzz/campaign.sh                  10 minutes each, all targets
 #   native/fuzz/campaign.sh 60               CI: 60 s each
 #   native/fuzz/campaign.sh 36000 vsock      a long run of one target
+#   FUZZ_RUNS=100000000 native/fuzz/campaign.sh 10800 vsock
+#                                            stop at 10^8 inputs (or at 3 h, whichever comes first)
 # Long campaigns: run under nice (the CI host is shared), e.g. nice -n 19.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -32,7 +34,7 @@ for t in "${targets[@]}"; do
   if [[ $t == host_codec ]]; then
     (cd "$here/../.." && FUZZ_WORK="$work" node --import tsx test/fuzz/host-codec-fuzz.ts "$seconds") > "$log" 2>&1 || rc=$?
   else
-    "$bin/${t}_libfuzzer" -max_total_time="$seconds" -print_final_stats=1 -timeout=10 -rss_limit_mb=2048 \
+    "$bin/${t}_libfuzzer" -max_total_time="$seconds" ${FUZZ_RUNS:+-runs="$FUZZ_RUNS"} -print_final_stats=1 -timeout=10 -rss_limit_mb=2048 \
       -artifact_prefix="$work/artifacts/$t-" "$work/$t" "$here/corpus/$t" > "$log" 2>&1 || rc=$?
   fi
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)

@@ -318,8 +318,10 @@ process.on('unhandledRejection', fail);
 const startSeed = seed;
 const t0 = performance.now();
 const deadline = t0 + seconds * 1000;
+// campaign.sh's FUZZ_RUNS: stop once this many inputs ran (the time still caps the run).
+const maxInputs = Number(process.env.FUZZ_RUNS) || Infinity;
 try {
-  while (performance.now() < deadline) {
+  while (performance.now() < deadline && inputs < maxInputs) {
     for (let i = 0; i < 200; i++, inputs++) {
       const bytes = nextStream();
       current = [bytes];
