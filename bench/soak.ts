@@ -223,7 +223,8 @@ async function main() {
   // the phase (a median depends on where the window cuts the tooth: the first tooth, rising from
   // single-layer chains, sits lower than the later ones that rise from a merged layer). A leak
   // makes the teeth grow; a flat process repeats them. The windows are counted in captures, not
-  // seconds, so a slow host that captures less often than asked is judged the same. A run shorter than two periods after warm-up cannot be judged.
+  // seconds, so a slow host that captures less often than asked is judged the same. A run
+  // shorter than two periods after warm-up cannot be judged.
   const period = MERGE_PERIOD_CAPTURES * MACHINES;
   const running = samples.slice(1, -1).filter((s) => s.captures >= MACHINES);
   const warmedAt = running.length ? running[0]!.captures : 0;

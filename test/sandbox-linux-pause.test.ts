@@ -8,6 +8,7 @@ import * as assert from 'uvu/assert';
 import { Sandbox, linuxGuestSupport } from '../lib/sandbox/sandbox.js';
 import { roundFile } from './fixtures/round-file.js';
 import { testUnless } from './skip-unless.js';
+import { NESTED } from './bounds.js';
 
 const support = await linuxGuestSupport();
 const linuxTest = testUnless('sandbox-linux-pause', support.ok ? null : `this host cannot boot a Linux guest: ${support.reason}`, 'linux-guest');
@@ -15,7 +16,6 @@ const linuxTest = testUnless('sandbox-linux-pause', support.ok ? null : `this ho
 const BOOT = { boot: { timeoutMs: 180_000 }, memoryMiB: 256, vcpus: 1 };
 /** Emulated CPUs in the nested host: the restored guest may take seconds to answer. */
 const CONNECT = { restoreTimeoutMs: 120_000, bootTimeoutMs: 180_000 };
-const NESTED = process.env.TORPOR_NESTED === '1';
 /** Pause/connect cycles with file writes and reads between them (issue 8 asks for 50), on every
  *  host, the emulated nested host included. Each cycle reads back every file written since the
  *  previous cycle's pause, and the last one reads them all: every byte checked, without the

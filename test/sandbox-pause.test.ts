@@ -21,12 +21,12 @@ import { Sandbox } from '../lib/sandbox/sandbox.js';
 import type { Machine } from '../lib/vm/machine.js';
 import { TESTVM_STATUS, privateHome, testvmSandboxTest, testvmStatus } from './sandbox-home.js';
 import { sleep, testvmCommand, testvmCommandByEvents, testvmImage } from './vmm-guests.js';
+import { NESTED } from './bounds.js';
 
 const kvmTest = await testvmSandboxTest('sandbox-pause');
 const kernel = testvmImage()!;
 
 const STATUS = TESTVM_STATUS;
-const NESTED = process.env.TORPOR_NESTED === '1';
 /** How long a child Node process may take to get going (emulated in the nested host). */
 const CHILD_MS = NESTED ? 180_000 : 60_000;
 const internals = (sbx: Sandbox) => sbx as unknown as { client: AgentClient; machine: Machine; dir: string };

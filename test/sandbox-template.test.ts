@@ -16,12 +16,13 @@ import { Sandbox } from '../lib/sandbox/sandbox.js';
 import type { Machine } from '../lib/vm/machine.js';
 import { privateHome, testvmSandboxTest, testvmStatus } from './sandbox-home.js';
 import { sleep, testvmCommand, testvmImage } from './vmm-guests.js';
+import { NESTED } from './bounds.js';
 
 const kvmTest = await testvmSandboxTest('sandbox-template');
 const kernel = testvmImage()!;
 
 /** How long a child Node process may take to get going (emulated in the nested host). */
-const CHILD_MS = process.env.TORPOR_NESTED === '1' ? 180_000 : 60_000;
+const CHILD_MS = NESTED ? 180_000 : 60_000;
 const internals = (sbx: Sandbox) => sbx as unknown as { machine: Machine; dir: string };
 const guestStatus = testvmStatus;
 
@@ -195,7 +196,7 @@ kvmTest('a template sandbox paused 11 times: its own layers merge over the templ
       assert.match(await testvmCommand(internals(s).machine, `blk-write ${g * 64} 0x${(0x8000 + g).toString(16)} 8`, 'blk-write'), /^blk-write=ok/);
       await s.pause();
       s = await Sandbox.connect(id);
-      await sleep(process.env.TORPOR_NESTED === '1' ? 3000 : 300); // the merge a restore starts: small diffs (emulated in the nested host)
+      await sleep(NESTED ? 3000 : 300); // the merge a restore starts: small diffs (emulated in the nested host)
     }
     await s.pause();
     const manifest = JSON.parse(await readFile(join(dir, 'snapshots', 'gen-12', 'manifest.json'), 'utf8'));

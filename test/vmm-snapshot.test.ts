@@ -12,14 +12,14 @@ import { test } from 'uvu';
 
 import { Machine } from '../lib/vm/machine.js';
 import { bootTestvm, sleep, testvmCommand, testvmSkipReason } from './vmm-guests.js';
-import { bound } from './bounds.js';
+import { bound, NESTED } from './bounds.js';
 import { testUnless } from './skip-unless.js';
 
 const kvmTest = testUnless('vmm-snapshot', testvmSkipReason());
 
 const COUNTER = 0x100008;
 /** Time for a merge off the capture path to finish (emulated CPUs in the nested host). */
-const MERGE_WAIT_MS = process.env.TORPOR_NESTED === '1' ? 3000 : 300;
+const MERGE_WAIT_MS = NESTED ? 3000 : 300;
 const MiB = 1024 * 1024;
 
 function tempDir(): string {

@@ -42,9 +42,6 @@ for t in "${targets[@]}"; do
     "$bin/${t}_libfuzzer" "${fork[@]}" -max_total_time="$seconds" ${FUZZ_RUNS:+-runs="$FUZZ_RUNS"} -print_final_stats=1 \
       -timeout=10 -rss_limit_mb=2048 -artifact_prefix="$work/artifacts/$t-" "$work/$t" "$here/corpus/$t" > "$log" 2>&1 || rc=$?
   fi
-  runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
-  rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
-  cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2 || true)
   if (( ${#fork[@]} )); then
     # Fork mode's parent prints no final stats: its "#N:" lines count the workers' inputs, and
     # its "cov" is not the single-process count, so the edges are counted again the usual way
@@ -52,6 +49,10 @@ for t in "${targets[@]}"; do
     runs=$(sed -n 's/^#\([0-9]*\): cov:.*/\1/p' "$log" | tail -1)
     rate=$(( ${runs:-0} / (SECONDS - started > 0 ? SECONDS - started : 1) ))
     cov=$("$bin/${t}_libfuzzer" -runs=0 -rss_limit_mb=2048 "$work/$t" "$here/corpus/$t" 2>&1 | grep -o 'cov: [0-9]*' | tail -1 | cut -d' ' -f2 || true)
+  else
+    runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+    rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
+    cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2 || true)
   fi
   corpus=$(ls "$work/$t" | wc -l)
   rows+=("$(printf '%-16s %12s %10s %8s %8s' "$t" "${runs:-?}" "${rate:-?}" "${cov:-?}" "$corpus")")
