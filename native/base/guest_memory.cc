@@ -48,7 +48,7 @@ bool GuestMemory::write(uint64_t gpa, const void* src, size_t len) {
   if (!t) return false;
   if (len) {
     std::memcpy(t->region.host + (gpa - t->region.gpa), src, len);
-    mark_dirty(gpa, len);
+    mark_dirty_in(*t, gpa - t->region.gpa, len);
   }
   return true;
 }
@@ -60,11 +60,14 @@ uint8_t* GuestMemory::host_ptr(uint64_t gpa, size_t len) const {
 
 void GuestMemory::mark_dirty(uint64_t gpa, size_t len) {
   const Tracked* t = find(gpa, len);
-  if (!t || len == 0) return;
-  uint64_t first = (gpa - t->region.gpa) / kPageSize;
-  uint64_t last = (gpa - t->region.gpa + len - 1) / kPageSize;
+  if (t && len) mark_dirty_in(*t, gpa - t->region.gpa, len);
+}
+
+void GuestMemory::mark_dirty_in(const Tracked& t, uint64_t offset, size_t len) {
+  uint64_t first = offset / kPageSize;
+  uint64_t last = (offset + len - 1) / kPageSize;
   for (uint64_t p = first; p <= last; p++)
-    t->dirty[p / 64].fetch_or(uint64_t{1} << (p % 64), std::memory_order_relaxed);
+    t.dirty[p / 64].fetch_or(uint64_t{1} << (p % 64), std::memory_order_relaxed);
 }
 
 std::vector<uint64_t> GuestMemory::take_dirty(size_t index) {

@@ -82,6 +82,9 @@ class GuestMemory {
     size_t dirty_words = 0;
   };
   const Tracked* find(uint64_t gpa, size_t len) const;
+  // Marks the pages of [offset, offset + len) of t's region dirty; len > 0, bounds checked by
+  // the caller's find().
+  static void mark_dirty_in(const Tracked& t, uint64_t offset, size_t len);
 
   std::vector<MemoryRegion> regions_;
   std::vector<Tracked> tracked_;
