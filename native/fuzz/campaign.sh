@@ -29,6 +29,7 @@ bin=$(cd "$here/.." && pwd)/test/out/fuzz  # as the Makefile names it (make matc
 work=${FUZZ_WORK:-$bin/work}
 (( ${#native[@]} == 0 )) || make -s -C "$here" -j2 $(printf "$bin/%s_libfuzzer " "${native[@]}")
 mkdir -p "$work/artifacts"
+work=$(cd "$work" && pwd)  # absolute: FUZZ_JOBS runs the fuzzers from another directory
 rows=()
 for t in "${targets[@]}"; do
   mkdir -p "$work/$t"
