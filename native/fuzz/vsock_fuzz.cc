@@ -16,11 +16,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <array>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <array>
 #include <memory>
 #include <random>
 #include <vector>
