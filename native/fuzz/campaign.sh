@@ -36,31 +36,34 @@ for t in "${targets[@]}"; do
   log=$work/$t.log
   rc=0
   jobs=${FUZZ_JOBS:-1}
-  if [[ $t == host_codec ]]; then
-    (cd "$here/../.." && FUZZ_WORK="$work" node --import tsx test/fuzz/host-codec-fuzz.ts "$seconds") > "$log" 2>&1 || rc=$?
-  fi
-  if [[ $t != host_codec ]] && (( jobs > 1 )); then
-    # libFuzzer's -jobs: N whole fuzzer processes at once, each with its own log
-    # (fuzz-<i>.log, in the directory it starts in) and its share of FUZZ_RUNS, all reading and
-    # adding to the one working corpus. (-fork runs short jobs instead: each starts a process,
-    # replays its share of the corpus and starts its input-length limit small again.)
-    started=$SECONDS
-    logs=$work/$t.jobs
-    rm -rf "$logs" && mkdir -p "$logs"
-    (cd "$logs" && "$bin/${t}_libfuzzer" -jobs="$jobs" -workers="$jobs" -max_total_time="$seconds" \
-      ${FUZZ_RUNS:+-runs=$(( (FUZZ_RUNS + jobs - 1) / jobs ))} -print_final_stats=1 -timeout=10 -rss_limit_mb=2048 \
-      -artifact_prefix="$work/artifacts/$t-" "$work/$t" "$here/corpus/$t") > "$log" 2>&1 || rc=$?
-    cat "$logs"/fuzz-*.log >> "$log"
+  mode=one
+  if [[ $t == host_codec ]]; then mode=node; elif (( jobs > 1 )); then mode=jobs; fi
+  case $mode in
+    node)
+      (cd "$here/../.." && FUZZ_WORK="$work" node --import tsx test/fuzz/host-codec-fuzz.ts "$seconds") > "$log" 2>&1 || rc=$? ;;
+    one)
+      "$bin/${t}_libfuzzer" -max_total_time="$seconds" ${FUZZ_RUNS:+-runs="$FUZZ_RUNS"} -print_final_stats=1 \
+        -timeout=10 -rss_limit_mb=2048 -artifact_prefix="$work/artifacts/$t-" "$work/$t" "$here/corpus/$t" > "$log" 2>&1 || rc=$? ;;
+    jobs)
+      # libFuzzer's -jobs: N whole fuzzer processes at once, each with its own log
+      # (fuzz-<i>.log, in the directory it starts in) and its share of FUZZ_RUNS, all reading and
+      # adding to the one working corpus. (-fork runs short jobs instead: each starts a process,
+      # replays its share of the corpus and starts its input-length limit small again.)
+      started=$SECONDS
+      logs=$work/$t.jobs
+      rm -rf "$logs" && mkdir -p "$logs"
+      (cd "$logs" && "$bin/${t}_libfuzzer" -jobs="$jobs" -workers="$jobs" -max_total_time="$seconds" \
+        ${FUZZ_RUNS:+-runs=$(( (FUZZ_RUNS + jobs - 1) / jobs ))} -print_final_stats=1 -timeout=10 -rss_limit_mb=2048 \
+        -artifact_prefix="$work/artifacts/$t-" "$work/$t" "$here/corpus/$t") > "$log" 2>&1 || rc=$?
+      cat "$logs"/fuzz-*.log >> "$log" ;;
+  esac
+  if [[ $mode == jobs ]]; then
     runs=$(cat "$logs"/fuzz-*.log | sed -n 's/^stat::number_of_executed_units: *//p' | awk '{ n += $1 } END { print n + 0 }')
     rate=$(( runs / (SECONDS - started > 0 ? SECONDS - started : 1) ))
     # Each process's "cov" is its own view: count the edges of the corpus they left, the usual
     # way (one pass, no fuzzing).
     cov=$("$bin/${t}_libfuzzer" -runs=0 -rss_limit_mb=2048 "$work/$t" "$here/corpus/$t" 2>&1 | grep -o 'cov: [0-9]*' | tail -1 | cut -d' ' -f2 || true)
   else
-    if [[ $t != host_codec ]]; then
-      "$bin/${t}_libfuzzer" -max_total_time="$seconds" ${FUZZ_RUNS:+-runs="$FUZZ_RUNS"} -print_final_stats=1 \
-        -timeout=10 -rss_limit_mb=2048 -artifact_prefix="$work/artifacts/$t-" "$work/$t" "$here/corpus/$t" > "$log" 2>&1 || rc=$?
-    fi
     # One process (host_codec prints the same stat lines).
     runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
     rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
