@@ -8,7 +8,7 @@
 //   node --import tsx bench/soak.ts [--machines 20] [--seconds 300] [--sample 10] [--capture-every 30]
 //                                   [--json bench/results/soak.json]
 // .ci/run runs the 5-minute version; an hour: --seconds 3600.
-import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { type Dirent, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { mkdir, writeFile } from 'node:fs/promises';
 import type net from 'node:net';
 import { tmpdir } from 'node:os';
@@ -70,14 +70,23 @@ function status(key: string): number {
 /** Bytes allocated on disk under dir (st_blocks, so sparse files count what they hold). */
 function diskBytes(dir: string): number {
   let total = 0;
-  for (const e of readdirSync(dir, { withFileTypes: true })) {
+  let entries: Dirent[];
+  try {
+    entries = readdirSync(dir, { withFileTypes: true });
+  } catch (err) {
+    // A capture renames its gen-N.tmp directory when it completes and pruning removes old
+    // generations: a directory listed a moment ago may be gone. It holds nothing now.
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return 0;
+    throw err;
+  }
+  for (const e of entries) {
     const p = join(dir, e.name);
     if (e.isDirectory()) total += diskBytes(p);
     else if (e.isFile()) {
       try {
         total += statSync(p).blocks * 512;
-      } catch {
-        // removed meanwhile
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err; // removed meanwhile
       }
     }
   }
