@@ -3,6 +3,7 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
+import { FileClock } from './nested/file-clock.js';
 import { KVM_FILES, LINUX_FILES, checkTotals, parseUvu } from './nested/suite.js';
 
 const ESC = '\x1b';
@@ -46,6 +47,23 @@ test('a failed test, a missing file and no totals at all are each caught', () =>
   assert.ok(problems.some((p) => p.includes('1 of')));
   assert.ok(problems.includes('vmm-boot.test.ts did not report'));
   assert.is(parseUvu('FAIL  "x"\n   Error: boom\n'), undefined);
+});
+
+test("the file clock follows uvu's output in chunks split anywhere: the file running, for how long, and each finished one", () => {
+  const out = uvuOutput({ 'agent-testvm': [1, 1], 'net-linux-bulk': [1, 1] }, 0);
+  const cut = out.indexOf('net-linux-bulk') + 4; // a chunk ends inside the second file's name
+  const clock = new FileClock();
+  clock.feed(out.slice(0, cut), 1_000);
+  assert.is(clock.current, undefined, 'the first file ended; the second name is not complete yet');
+  assert.equal(clock.done, [{ name: 'agent-testvm', seconds: 0 }]);
+  const secondEnds = out.indexOf('(1 / 1)', cut);
+  clock.feed(out.slice(cut, secondEnds), 2_000);
+  assert.is(clock.current, 'net-linux-bulk');
+  assert.is(clock.runningFor(902_000), 900);
+  clock.feed(out.slice(secondEnds), 62_000);
+  assert.is(clock.current, undefined);
+  assert.is(clock.runningFor(99_000), 0);
+  assert.is(clock.slowest(1), 'net-linux-bulk 60 s');
 });
 
 test.run();

@@ -18,6 +18,9 @@ const maybe = testUnless(
 );
 const boot = { timeoutMs: 180_000 };
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+let t0 = 0;
+/** One line per step, so that a run that stalls says at which (a CI run sat silent in this file). */
+const step = (what: string) => console.log(`  net-linux-bulk: ${((performance.now() - t0) / 1000).toFixed(1)} s: ${what}`);
 
 /** GET `url` within `ms`; counts the bytes as they arrive so a failure says how far it got. */
 async function fetchCounting(url: string, ms: number): Promise<{ bytes?: Buffer; count: number; error?: string }> {
@@ -39,9 +42,13 @@ async function fetchCounting(url: string, ms: number): Promise<{ bytes?: Buffer;
 const MIB = Number(process.env.TORPOR_BULK_MIB ?? 64);
 
 maybe(`a guest http.server is fetched from the host through getHost(port), ${MIB} MiB with its sha256`, async () => {
+  t0 = performance.now();
+  step('creating the sandbox');
   await using sbx = await Sandbox.create({ boot, network: { ports: [8080] } });
+  step(`created (${(await sbx.getInfo()).createdFrom}); writing ${MIB} MiB in the guest`);
   await sbx.commands.run(`mkdir -p /tmp/srv && head -c ${MIB << 20} /dev/urandom > /tmp/srv/blob`);
   const guestSum = (await sbx.commands.run('sha256sum /tmp/srv/blob')).stdout.split(' ')[0];
+  step('starting the guest server');
   await sbx.commands.run(['python3', '-m', 'http.server', '8080', '--directory', '/tmp/srv'], { background: true });
   const host = sbx.getHost(8080);
   assert.match(host, /^127\.0\.0\.1:\d+$/);
@@ -56,12 +63,14 @@ maybe(`a guest http.server is fetched from the host through getHost(port), ${MIB
     if (!listing) await sleep(500);
   }
   assert.match(listing, /blob/, 'the guest server answered through the forwarded port');
+  step('the server answered; fetching the blob');
   // Then the transfer, bounded as a whole (a stall fails the test instead of hanging the suite).
   const got = await fetchCounting(`http://${host}/blob`, 300_000);
   assert.ok(got.bytes, `the ${MIB} MiB transfer completed (${got.count} bytes arrived; ${got.error})`);
   const bytes = got.bytes;
   assert.is(bytes!.length, MIB << 20);
   assert.is(createHash('sha256').update(bytes!).digest('hex'), guestSum);
+  step('fetched and checked; ending the sandbox');
 });
 
 test.run();

@@ -168,7 +168,8 @@ async function main(): Promise<number> {
   writeFileSync(join(run, 'command'), command + '\n');
   writeFileSync(join(run, 'home-paths'), (await homePaths(home, report)).join('\n') + '\n');
   const env: Record<string, string> = { TORPOR_HOME: '/tmp/torpor-home', TORPOR_NESTED: '1', NESTED_STARTED_MS: String(Date.now()) };
-  for (const name of ['CI', 'TORPOR_ADDON', 'NO_COLOR', 'FORCE_COLOR', 'TERM']) {
+  // NESTED_FILE_LIMIT_S is read inside L1, by the suite (test/nested/suite.ts).
+  for (const name of ['CI', 'TORPOR_ADDON', 'NO_COLOR', 'FORCE_COLOR', 'TERM', 'NESTED_FILE_LIMIT_S']) {
     if (process.env[name] !== undefined) env[name] = process.env[name]!;
   }
   writeFileSync(join(run, 'env'), Object.entries(env).map(([k, v]) => `export ${k}=${shellQuote(v)}\n`).join(''));

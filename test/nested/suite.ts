@@ -4,8 +4,10 @@
 // here is a failure: on this host it must run, so the totals must show every
 // registered test passed, none skipped, and each Linux file at least the tests
 // it has today.
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
+
+import { FileClock } from './file-clock.js';
 
 /** Files that boot machines through KVM. A new one belongs here (and runs on hardware hosts in npm test too). */
 export const KVM_FILES = [
@@ -53,6 +55,14 @@ export const LINUX_FILES: Record<string, number> = {
 const ANSI = /\x1b\[[0-9;]*m/g;
 /** How long the test process may stay alive after printing its totals. */
 const LINGER_MS = 20_000;
+/** How long one test file may run before it counts as hung (NESTED_FILE_LIMIT_S). The slowest
+ *  files take a few minutes here; every wait in them is bounded well below this, so a file past
+ *  it waits on something unbounded. Stopping it there, with a backtrace of the test process,
+ *  says where, and leaves CI's budget for a second attempt instead of spending it on L1's
+ *  overall timeout. */
+const FILE_LIMIT_S = Number(process.env.NESTED_FILE_LIMIT_S ?? 900);
+/** How often the suite says which file it is in, so a silent stretch of the log still shows L1 alive. */
+const HEARTBEAT_S = 300;
 
 export interface UvuTotals {
   total: number;
@@ -108,8 +118,26 @@ async function main(): Promise<number> {
   let output = '';
   let lingering: NodeJS.Timeout | undefined;
   let killedLingering = false;
+  const clock = new FileClock();
+  let hung: string | undefined;
+  let lastBeat = performance.now();
+  const watch = setInterval(() => {
+    const now = performance.now();
+    const inFile = clock.runningFor(now);
+    if (!hung && clock.current && inFile > FILE_LIMIT_S) {
+      hung = clock.current;
+      console.log(`\nnested suite: ${hung}.test.ts has run ${inFile.toFixed(0)} s (NESTED_FILE_LIMIT_S ${FILE_LIMIT_S}): hung; what the processes were doing:`);
+      describeHang(child.pid!);
+      child.kill('SIGKILL');
+    } else if (now - lastBeat > HEARTBEAT_S * 1000) {
+      lastBeat = now;
+      const where = clock.current ? `in ${clock.current}.test.ts for ${inFile.toFixed(0)} s` : 'between files';
+      console.log(`nested suite: ${((now - started) / 1000).toFixed(0)} s, ${where}`);
+    }
+  }, 5_000);
   child.stdout.on('data', (d: Buffer) => {
     output += d.toString();
+    clock.feed(d.toString(), performance.now());
     process.stdout.write(d);
     // uvu printed its totals: every test is done. A process that stays alive
     // after that holds a timer or a handle a test left behind; it costs CI
@@ -123,6 +151,7 @@ async function main(): Promise<number> {
   });
   const code = await new Promise<number>((resolve) => child.on('close', (c, signal) => resolve(c ?? (signal ? 128 : 1))));
   clearTimeout(lingering);
+  clearInterval(watch);
   if (killedLingering) {
     console.log(
       `\nnested suite: WARNING: the test process was still alive ${LINGER_MS / 1000} s after its totals ` +
@@ -130,6 +159,11 @@ async function main(): Promise<number> {
     );
   }
   const seconds = ((performance.now() - started) / 1000).toFixed(0);
+  if (clock.done.length) console.log(`\nnested suite: slowest files: ${clock.slowest(6)}`);
+  if (hung) {
+    console.log(`nested suite: FAIL: ${hung}.test.ts did not finish within ${FILE_LIMIT_S} s; the test process was killed after ${seconds} s`);
+    return 1;
+  }
   const totals = parseUvu(output);
   if (!totals) {
     console.log(`\nnested suite: uvu printed no totals (exit ${code}) after ${seconds} s`);
@@ -145,6 +179,20 @@ async function main(): Promise<number> {
   for (const p of problems) console.log(`nested suite: FAIL: ${p}`);
   if (problems.length) return 1;
   return killedLingering ? 0 : code;
+}
+
+/** Prints what the hung test process and its children are doing: their states and kernel wait
+ *  channels, and every thread's backtrace of the test process (gdb, read-only from the host's root). */
+function describeHang(pid: number): void {
+  const ps = spawnSync('ps', ['-e', '--forest', '-o', 'pid,stat,wchan:24,etime,rss,args'], { encoding: 'utf8', timeout: 30_000 });
+  console.log(ps.stdout ?? `(ps failed: ${ps.error})`);
+  const gdb = spawnSync('gdb', ['-p', String(pid), '-batch', '-nx', '-ex', 'thread apply all bt 25'], {
+    encoding: 'utf8',
+    timeout: 180_000,
+    maxBuffer: 16 << 20,
+  });
+  const bt = (gdb.stdout ?? '').split('\n').filter((l) => /^(Thread|#)/.test(l));
+  console.log(bt.length ? bt.join('\n') : `(no backtrace: gdb ${gdb.error ?? `exit ${gdb.status}: ${(gdb.stderr ?? '').slice(-300)}`})`);
 }
 
 // Run as a script (inside L1); imported by test/nested-suite.test.ts for its parser.
