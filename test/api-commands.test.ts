@@ -225,6 +225,25 @@ test('timeoutMs kills the command and throws TIMEOUT', async () => {
   assert.ok(Date.now() - t0 < 6000);
 });
 
+test('a foreground command whose agent stops answering ends in TIMEOUT a grace after timeoutMs, not never', async () => {
+  // The agent is stopped (SIGSTOP) once the command's first output arrives: it neither kills the
+  // command at timeoutMs nor reports anything, as a stuck guest would not.
+  const own = await hostApi();
+  try {
+    const t0 = Date.now();
+    const err = await own.commands
+      .run('echo go; sleep 30', { timeoutMs: 1000, onStdout: () => void process.kill(own.agent.pid, 'SIGSTOP') })
+      .catch((e) => e);
+    const took = Date.now() - t0;
+    assert.ok(code('TIMEOUT')(err), String(err));
+    assert.match(String(err.message), /reported no end within timeoutMs \(1000 ms\) and 5000 ms more/);
+    assert.ok(took >= 5900 && took < 12_000, `gave up after ${took} ms (timeoutMs 1000 + 5000 grace)`);
+  } finally {
+    process.kill(own.agent.pid, 'SIGCONT');
+    await own.close();
+  }
+});
+
 test('bad arguments are INVALID_ARGUMENT before anything runs', async () => {
   const bad: Array<() => Promise<unknown>> = [
     () => api.commands.run([]),

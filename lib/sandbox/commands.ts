@@ -119,6 +119,14 @@ const CONNECT_KEYS = ['fromOffset', 'throwOnError', 'onStdout', 'onStderr', 'max
 /** Default maxBuffer: generous for real command output, far below what would hurt the host. */
 export const DEFAULT_MAX_BUFFER = 64 * 1024 * 1024;
 const DEFAULT_FOREGROUND_TIMEOUT_MS = 60_000;
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/** How long past its timeoutMs the host still waits for a foreground command's end: the agent's
+ *  kill, the process group's exit and the report crossing vsock take milliseconds on a healthy
+ *  guest, seconds on a loaded or emulated one. A quarter of the timeout, 5 to 30 s. */
+export function exitReportGraceMs(timeoutMs: number): number {
+  return Math.min(30_000, Math.max(5_000, Math.round(timeoutMs / 4)));
+}
 const STDIN_CHUNK = 64 * 1024;
 
 /** Settings every command of a sandbox inherits (a command's own options win). */
@@ -159,7 +167,21 @@ export class Commands implements ProcessControl {
       }
     }
     if (opts.background) return handle;
-    return handle.wait();
+    // The agent kills the command at timeoutMs and reports its end. A guest that no longer
+    // answers (a stuck kernel, a stalled vsock) would otherwise leave the caller waiting for
+    // ever: past timeoutMs and a grace for the kill and its report, the host stops waiting.
+    const timeout = request.timeoutMs;
+    if (!timeout) return handle.wait();
+    const grace = exitReportGraceMs(timeout);
+    if (timeout + grace > MAX_TIMER_MS) return handle.wait(); // weeks: beyond what a timer holds
+    return withinMs(
+      handle.wait(),
+      timeout + grace,
+      label,
+      () => void handle.disconnect(),
+      `the guest's agent reported no end within timeoutMs (${timeout} ms) and ${grace} ms more to kill it: ` +
+        'the guest may be stuck (this view of the command is closed; the process may still run)',
+    );
   }
 
   /** Running processes (as E2B). `includeEnded: true` adds the recently ended ones the agent
