@@ -14,6 +14,7 @@
 import { spawn, spawnSync } from 'node:child_process';
 import { closeSync, existsSync, mkdtempSync, openSync, readFileSync, readSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
+import { connect } from 'node:net';
 import { dirname, join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -115,11 +116,36 @@ function follow(path: string, onLine: (line: string) => void): { stop: () => voi
   };
 }
 
+/** What QEMU's human monitor (on a unix socket) answers to `command`, read for up to 3 s. */
+function monitorSays(path: string, command: string): Promise<string> {
+  return new Promise((resolve) => {
+    let said = '';
+    const sock = connect(path);
+    const done = (): void => {
+      sock.destroy();
+      // The monitor's banner, prompt and control sequences (it edits its own line) go, and the
+      // FPU and vector registers, which say nothing of where a CPU is stuck.
+      const noise = /^QEMU .*monitor|^\(qemu\)|^(FCW|FPR|XMM|YMM|ZMM|DR[0-9])/;
+      resolve(said.replace(/\x1b\[[0-9;]*[A-Za-z]/g, '').replace(/\r/g, '').split('\n').filter((l) => l && !noise.test(l)).join('\n'));
+    };
+    const timer = setTimeout(done, 3000);
+    sock.on('data', (d: Buffer) => (said += d.toString()));
+    sock.on('error', (err) => {
+      said += `(monitor: ${err.message})`;
+      clearTimeout(timer);
+      done();
+    });
+    sock.on('connect', () => sock.write(`${command}\n`));
+  });
+}
+
 async function main(): Promise<number> {
   const args = process.argv.slice(2);
   const command = args.length ? args.join(' ') : SUITE;
   const timeoutS = envNumber('NESTED_TIMEOUT_S', 25 * 60);
   const bootTimeoutS = envNumber('NESTED_BOOT_TIMEOUT_S', 180);
+  // L1's init prints a heartbeat every 30 s: this long without one, L1 has stopped making progress.
+  const silenceS = envNumber('NESTED_SILENCE_S', 240);
   // One L1 CPU by default: with two, under heavy guest traffic an L1 vCPU halted and was never
   // woken again (QEMU 10.0), and L1's memory was corrupted in suite runs (7.2 and 10.0); one
   // CPU ran the same load clean (docs/nested.md, "One L1 CPU"). Guests with 2 vCPUs still run.
@@ -165,6 +191,7 @@ async function main(): Promise<number> {
 
   const run = mkdtempSync(join(tmpdir(), 'torpor-nested-'));
   const log = join(run, 'console.log');
+  const monitorPath = join(run, 'monitor.sock');
   writeFileSync(join(run, 'command'), command + '\n');
   writeFileSync(join(run, 'home-paths'), (await homePaths(home, report)).join('\n') + '\n');
   const env: Record<string, string> = { TORPOR_HOME: '/tmp/torpor-home', TORPOR_NESTED: '1', NESTED_STARTED_MS: String(Date.now()) };
@@ -200,7 +227,8 @@ async function main(): Promise<number> {
     '-cpu', 'max,vendor=AuthenticAMD,+svm,+npt',
     '-m', `${memoryMiB}M`,
     '-smp', String(smp),
-    '-display', 'none', '-monitor', 'none', '-no-reboot',
+    // The monitor answers while the emulated CPU spins: a wedged L1's CPU state is read from it.
+    '-display', 'none', '-monitor', `unix:${monitorPath},server=on,wait=off`, '-no-reboot',
     '-serial', `file:${log}`,
     '-kernel', l1.path,
     '-append', cmdline,
@@ -220,7 +248,10 @@ async function main(): Promise<number> {
   let markerStatus: string | undefined;
   let panic: string | undefined;
   let ignoredMsrs = 0;
+  let lastAlive = performance.now();
   const follower = follow(log, (line) => {
+    lastAlive = performance.now();
+    if (/^nested: alive at /.test(line)) return;
     tail.push(line);
     if (tail.length > 60) tail.shift();
     if (/Kernel panic|BUG:|Oops|triple fault/.test(line) && !panic) panic = line;
@@ -244,12 +275,21 @@ async function main(): Promise<number> {
   let qemuOutput = '';
   child.stdout.on('data', (d: Buffer) => (qemuOutput += d.toString()));
   child.stderr.on('data', (d: Buffer) => (qemuOutput += d.toString()));
-  let killedFor: 'timeout' | 'boot' | undefined;
-  const kill = (why: 'timeout' | 'boot'): void => {
+  let killedFor: 'timeout' | 'boot' | 'silent' | undefined;
+  const kill = (why: 'timeout' | 'boot' | 'silent'): void => {
     killedFor ??= why;
     child.kill('SIGKILL');
   };
   const overall = setTimeout(() => kill('timeout'), timeoutS * 1000);
+  let cpuState = '';
+  const silence = setInterval(() => {
+    if (!userspaceAt || killedFor || performance.now() - lastAlive < silenceS * 1000) return;
+    killedFor = 'silent';
+    void monitorSays(monitorPath, 'info registers').then((said) => {
+      cpuState = said;
+      child.kill('SIGKILL');
+    });
+  }, 5_000);
   const boot = setTimeout(() => {
     if (!userspaceAt) kill('boot');
   }, bootTimeoutS * 1000);
@@ -267,6 +307,7 @@ async function main(): Promise<number> {
   });
   clearTimeout(overall);
   clearTimeout(boot);
+  clearInterval(silence);
   follower.stop();
 
   const statusFile = join(run, 'status');
@@ -277,6 +318,14 @@ async function main(): Promise<number> {
   if (exit.error) fail(NESTED_EXIT.setup, `cannot run ${qemu}: ${exit.error.message}`);
   if (killedFor === 'timeout') {
     fail(NESTED_EXIT.timeout, `timed out after ${timeoutS} s (NESTED_TIMEOUT_S); L1 killed. ${summary}. Console log: ${log}\nLast lines:\n${lastLines()}`);
+  }
+  if (killedFor === 'silent') {
+    fail(
+      NESTED_EXIT.l1Failed,
+      `L1 stopped: no console output, not even its heartbeat, for ${silenceS} s (NESTED_SILENCE_S): its emulated CPU ` +
+        `spins without progress (docs/nested.md, "L1 wedges"); L1 killed. ${summary}. Console log: ${log}\n` +
+        `Its CPU state (QEMU monitor, info registers):\n${cpuState || '(the monitor did not answer)'}\nLast lines:\n${lastLines()}`,
+    );
   }
   if (killedFor === 'boot') {
     fail(NESTED_EXIT.l1Failed, `L1 did not reach userspace in ${bootTimeoutS} s; killed. Console log: ${log}\nLast lines:\n${lastLines()}`);
