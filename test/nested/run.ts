@@ -41,6 +41,8 @@ const QEMU_TRUSTED_MAJOR = 10;
 
 const checkout = fileURLToPath(new URL('../..', import.meta.url)).replace(/\/$/, '');
 const SUITE = 'node --import tsx test/nested/suite.ts';
+/** NMIs the runner may send to a silent L1 in one run (a wedge each): more, and L1 is killed. */
+const MAX_NMIS = 5;
 
 function envNumber(name: string, fallback: number): number {
   const v = process.env[name];
@@ -139,6 +141,25 @@ function monitorSays(path: string, command: string): Promise<string> {
   });
 }
 
+/**
+ * What a silent L1's CPU is doing: its registers, where it is over the next seconds (one RIP:
+ * stuck; a few close together: spinning in a loop) and its local APIC (an interrupt pending
+ * in IRR while the CPU runs with IF=1 is one the emulation never delivers).
+ */
+async function wedgedCpuState(monitor: string): Promise<string> {
+  const registers = await monitorSays(monitor, 'info registers');
+  const rips: string[] = [];
+  const from = performance.now();
+  for (let i = 0; i < 4; i++) {
+    await new Promise((r) => setTimeout(r, 700));
+    const rip = /RIP=([0-9a-f]+)/.exec(await monitorSays(monitor, 'info registers'))?.[1];
+    rips.push(rip ?? '?');
+  }
+  const lapic = await monitorSays(monitor, 'info lapic');
+  const over = ((performance.now() - from) / 1000).toFixed(0);
+  return `${registers}\nRIP sampled over the next ${over} s: ${rips.join(' ')}\nLocal APIC (info lapic):\n${lapic}`;
+}
+
 async function main(): Promise<number> {
   const args = process.argv.slice(2);
   const command = args.length ? args.join(' ') : SUITE;
@@ -146,12 +167,16 @@ async function main(): Promise<number> {
   const bootTimeoutS = envNumber('NESTED_BOOT_TIMEOUT_S', 180);
   // L1's init prints a heartbeat every 30 s: this long without one, L1 has stopped making progress.
   const silenceS = envNumber('NESTED_SILENCE_S', 240);
+  const nmiS = envNumber('NESTED_NMI_S', 60);
   // One L1 CPU by default: with two, under heavy guest traffic an L1 vCPU halted and was never
   // woken again (QEMU 10.0), and L1's memory was corrupted in suite runs (7.2 and 10.0); one
   // CPU ran the same load clean (docs/nested.md, "One L1 CPU"). Guests with 2 vCPUs still run.
   const smp = envNumber('NESTED_SMP', 1);
   const memoryMiB = envNumber('NESTED_MEMORY_MIB', 6144);
   const tcg = process.env.NESTED_TCG ?? 'multi';
+  // The emulated CPU: an AMD with SVM and nested paging, which TCG emulates. A knob so that
+  // L1 wedges can be tried against other feature sets (docs/nested.md, "L1 wedges").
+  const cpu = process.env.NESTED_CPU ?? 'max,vendor=AuthenticAMD,+svm,+npt';
   if (tcg !== 'multi' && tcg !== 'single') fail(NESTED_EXIT.setup, `NESTED_TCG=${tcg}: multi or single`);
 
   const qemu = 'qemu-system-x86_64';
@@ -224,7 +249,7 @@ async function main(): Promise<number> {
   const qemuArgs = [
     '-accel', `tcg,thread=${tcg},tb-size=512`,
     '-M', 'microvm,acpi=off',
-    '-cpu', 'max,vendor=AuthenticAMD,+svm,+npt',
+    '-cpu', cpu,
     '-m', `${memoryMiB}M`,
     '-smp', String(smp),
     // The monitor answers while the emulated CPU spins: a wedged L1's CPU state is read from it.
@@ -237,7 +262,7 @@ async function main(): Promise<number> {
     ...fsdev('run', run, false),
     ...fsdev('torporhome', home, true),
   ];
-  process.stderr.write(`nested: booting L1 (QEMU ${qemuVersion?.[0]?.replace('version ', '') ?? '?'}, TCG ${tcg}-threaded, ${smp} vCPUs, ${memoryMiB} MiB); console log ${log}; timeout ${timeoutS} s\n`);
+  process.stderr.write(`nested: booting L1 (QEMU ${qemuVersion?.[0]?.replace('version ', '') ?? '?'}, TCG ${tcg}-threaded, ${smp} vCPUs, ${memoryMiB} MiB, -cpu ${cpu}); console log ${log}; timeout ${timeoutS} s\n`);
   process.stderr.write(`nested: running: ${command}\n`);
 
   // Live output: L1's boot messages are kept for a failure report, not printed;
@@ -249,9 +274,17 @@ async function main(): Promise<number> {
   let panic: string | undefined;
   let ignoredMsrs = 0;
   let lastAlive = performance.now();
-  const follower = follow(log, (line) => {
+  let answeredNmi = true;  // false from an NMI until L1's next line
+  const follower = follow(log, (whole) => {
     lastAlive = performance.now();
-    if (/^nested: alive at /.test(line)) return;
+    // The heartbeat can land after another writer's unfinished line (uvu's dots): cut it out
+    // wherever it is.
+    if (lastNmiAt && !answeredNmi) {
+      answeredNmi = true;
+      process.stdout.write(`nested: L1 answered ${((performance.now() - lastNmiAt) / 1000).toFixed(1)} s after the NMI\n`);
+    }
+    const line = whole.replace(/nested: alive at [\d.]+ s/, '');
+    if (!line) return;
     tail.push(line);
     if (tail.length > 60) tail.shift();
     if (/Kernel panic|BUG:|Oops|triple fault/.test(line) && !panic) panic = line;
@@ -282,10 +315,35 @@ async function main(): Promise<number> {
   };
   const overall = setTimeout(() => kill('timeout'), timeoutS * 1000);
   let cpuState = '';
+  // A wedge (docs/nested.md, "L1 wedges") leaves L1's timer interrupt pending in its APIC while
+  // QEMU runs the nested guest on and on; an NMI forces the exit to L1. After NESTED_NMI_S of
+  // silence the runner sends one (at most MAX_NMIS per run) and says so, with the CPU's state;
+  // a run that stays silent to NESTED_SILENCE_S is still killed.
+  let nmis = 0;
+  let nmiPending = false;
+  let lastNmiAt = 0;
   const silence = setInterval(() => {
-    if (!userspaceAt || killedFor || performance.now() - lastAlive < silenceS * 1000) return;
+    if (!userspaceAt || killedFor || nmiPending) return;
+    const silentFor = performance.now() - lastAlive;
+    if (silentFor >= nmiS * 1000 && silentFor < silenceS * 1000 && nmis < MAX_NMIS && lastAlive > lastNmiAt) {
+      nmiPending = true;
+      void wedgedCpuState(monitorPath).then(async (state) => {
+        const rip = /RIP=([0-9a-f]+)/.exec(state)?.[1] ?? '?';
+        const irr = /^IRR\s+(.*)$/m.exec(state)?.[1]?.trim() || 'none';
+        await monitorSays(monitorPath, 'nmi');
+        nmis++;
+        lastNmiAt = performance.now();
+        answeredNmi = false;
+        nmiPending = false;
+        process.stdout.write(
+          `\nnested: L1 silent for ${(silentFor / 1000).toFixed(0)} s (RIP ${rip}, APIC IRR ${irr}): sent an NMI through QEMU's monitor (${nmis} of at most ${MAX_NMIS}; docs/nested.md, "L1 wedges")\n`,
+        );
+      });
+      return;
+    }
+    if (silentFor < silenceS * 1000) return;
     killedFor = 'silent';
-    void monitorSays(monitorPath, 'info registers').then((said) => {
+    void wedgedCpuState(monitorPath).then((said) => {
       cpuState = said;
       child.kill('SIGKILL');
     });
@@ -312,7 +370,8 @@ async function main(): Promise<number> {
 
   const statusFile = join(run, 'status');
   const status = existsSync(statusFile) ? readFileSync(statusFile, 'utf8').trim() : markerStatus;
-  const summary = `L1 to userspace ${userspaceAt ?? 'never'}, whole run ${since()}` + (ignoredMsrs ? `, ${ignoredMsrs} ignored-MSR notes hidden` : '');
+  const summary = `L1 to userspace ${userspaceAt ?? 'never'}, whole run ${since()}` + (ignoredMsrs ? `, ${ignoredMsrs} ignored-MSR notes hidden` : '') +
+    (nmis ? `, ${nmis} NMI${nmis > 1 ? 's' : ''} sent to a silent L1` : '');
   const lastLines = (): string => (userspaceAt ? tail : bootLines.slice(-40)).join('\n');
 
   if (exit.error) fail(NESTED_EXIT.setup, `cannot run ${qemu}: ${exit.error.message}`);
@@ -324,7 +383,7 @@ async function main(): Promise<number> {
       NESTED_EXIT.l1Failed,
       `L1 stopped: no console output, not even its heartbeat, for ${silenceS} s (NESTED_SILENCE_S): its emulated CPU ` +
         `spins without progress (docs/nested.md, "L1 wedges"); L1 killed. ${summary}. Console log: ${log}\n` +
-        `Its CPU state (QEMU monitor, info registers):\n${cpuState || '(the monitor did not answer)'}\nLast lines:\n${lastLines()}`,
+        `Its CPU state (QEMU monitor):\n${cpuState || '(the monitor did not answer)'}\nLast lines:\n${lastLines()}`,
     );
   }
   if (killedFor === 'boot') {
