@@ -141,6 +141,9 @@ function monitorSays(path: string, command: string): Promise<string> {
   });
 }
 
+/** The instruction pointer in the monitor's `info registers`. */
+const RIP = /RIP=([0-9a-f]+)/;
+
 /**
  * What a silent L1's CPU is doing: its registers, where it is over the next seconds (one RIP:
  * stuck; a few close together: spinning in a loop) and its local APIC (an interrupt pending
@@ -152,7 +155,7 @@ async function wedgedCpuState(monitor: string): Promise<string> {
   const from = performance.now();
   for (let i = 0; i < 4; i++) {
     await new Promise((r) => setTimeout(r, 700));
-    const rip = /RIP=([0-9a-f]+)/.exec(await monitorSays(monitor, 'info registers'))?.[1];
+    const rip = RIP.exec(await monitorSays(monitor, 'info registers'))?.[1];
     rips.push(rip ?? '?');
   }
   const lapic = await monitorSays(monitor, 'info lapic');
@@ -274,15 +277,15 @@ async function main(): Promise<number> {
   let panic: string | undefined;
   let ignoredMsrs = 0;
   let lastAlive = performance.now();
-  let answeredNmi = true;  // false from an NMI until L1's next line
+  let lastNmiAt = 0;
   const follower = follow(log, (whole) => {
+    // L1's first line since an NMI: it answered.
+    if (lastNmiAt && lastAlive <= lastNmiAt) {
+      process.stdout.write(`nested: L1 answered ${((performance.now() - lastNmiAt) / 1000).toFixed(1)} s after the NMI\n`);
+    }
     lastAlive = performance.now();
     // The heartbeat can land after another writer's unfinished line (uvu's dots): cut it out
     // wherever it is.
-    if (lastNmiAt && !answeredNmi) {
-      answeredNmi = true;
-      process.stdout.write(`nested: L1 answered ${((performance.now() - lastNmiAt) / 1000).toFixed(1)} s after the NMI\n`);
-    }
     const line = whole.replace(/nested: alive at [\d.]+ s/, '');
     if (!line) return;
     tail.push(line);
@@ -321,19 +324,17 @@ async function main(): Promise<number> {
   // a run that stays silent to NESTED_SILENCE_S is still killed.
   let nmis = 0;
   let nmiPending = false;
-  let lastNmiAt = 0;
   const silence = setInterval(() => {
     if (!userspaceAt || killedFor || nmiPending) return;
     const silentFor = performance.now() - lastAlive;
     if (silentFor >= nmiS * 1000 && silentFor < silenceS * 1000 && nmis < MAX_NMIS && lastAlive > lastNmiAt) {
       nmiPending = true;
       void wedgedCpuState(monitorPath).then(async (state) => {
-        const rip = /RIP=([0-9a-f]+)/.exec(state)?.[1] ?? '?';
+        const rip = RIP.exec(state)?.[1] ?? '?';
         const irr = /^IRR\s+(.*)$/m.exec(state)?.[1]?.trim() || 'none';
         await monitorSays(monitorPath, 'nmi');
         nmis++;
         lastNmiAt = performance.now();
-        answeredNmi = false;
         nmiPending = false;
         process.stdout.write(
           `\nnested: L1 silent for ${(silentFor / 1000).toFixed(0)} s (RIP ${rip}, APIC IRR ${irr}): sent an NMI through QEMU's monitor (${nmis} of at most ${MAX_NMIS}; docs/nested.md, "L1 wedges")\n`,
