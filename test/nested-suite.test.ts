@@ -3,8 +3,13 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
 import { FileClock } from './nested/file-clock.js';
-import { KVM_FILES, LINUX_FILES, checkTotals, parseUvu } from './nested/suite.js';
+import { emptyState, readState, resumeFrom, skipsOf, writeState } from './nested/suite-state.js';
+import { KVM_FILES, LINUX_FILES, checkTotals, parseFileCounts, parseUvu, withEarlierFiles } from './nested/suite.js';
 
 const ESC = '\x1b';
 function uvuOutput(files: Record<string, [number, number]>, skipped: number): string {
@@ -64,6 +69,67 @@ test("the file clock follows uvu's output in chunks split anywhere: the file run
   assert.is(clock.current, undefined);
   assert.is(clock.runningFor(99_000), 0);
   assert.is(clock.slowest(1), 'net-linux-bulk 60 s');
+});
+
+test('after a wedge: the files an earlier boot finished keep their counts, the one it hit runs again, and the totals add up', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'torpor-suite-state-'));
+  try {
+    const path = join(dir, 'suite-state.json');
+    // Boot 1 finished two files and was in net-linux-bulk when L1 wedged.
+    const first = uvuOutput({ 'agent-testvm': [1, 1], 'vmm-linux': [1, 1] }, 0).replace(/  Total:[^]*$/, '') + 'net-linux-bulk.test.ts\n';
+    const counts = parseFileCounts(first);
+    assert.equal([...counts.keys()], ['agent-testvm', 'vmm-linux'], 'a file without its (passed / total) line has not finished');
+    writeState(path, { files: { 'agent-testvm': { ...counts.get('agent-testvm')!, skipped: 0 }, 'vmm-linux': { ...counts.get('vmm-linux')!, skipped: 0 } }, running: 'net-linux-bulk', wedges: [] });
+    assert.equal(readFileSync(path, 'utf8').includes('"running": "net-linux-bulk"'), true);
+
+    const resumed = resumeFrom(readState(path));
+    assert.equal(resumed.wedges, ['net-linux-bulk'], 'the wedge is recorded where it struck');
+    assert.is(resumed.running, undefined);
+    const rest = KVM_FILES.filter((f) => !(f in resumed.files));
+    assert.is(rest.length, KVM_FILES.length - 2);
+    assert.ok(rest.includes('net-linux-bulk'), 'the interrupted file runs again');
+
+    // Boot 2 runs the rest; the merged totals pass the same checks a single run must.
+    const second = parseUvu(uvuOutput(Object.fromEntries(rest.map((f) => [f, [LINUX_FILES[f] ?? 3, LINUX_FILES[f] ?? 3]])), 0))!;
+    const merged = withEarlierFiles(second, resumed);
+    assert.equal(checkTotals(merged), []);
+    assert.is(merged.total, second.total + 2);
+    assert.equal(merged.files.get('vmm-linux'), { passed: 1, total: 1 });
+    // Without the earlier boot's files the same second run is missing them.
+    assert.ok(checkTotals(second).includes('vmm-linux.test.ts did not report'));
+
+    // A skip in an earlier boot's file still fails the suite.
+    const skipping = withEarlierFiles(second, { ...resumed, files: { ...resumed.files, 'vmm-linux': { passed: 0, total: 0, skipped: 1 } } });
+    assert.ok(checkTotals(skipping).some((p) => p.includes('1 test(s) skipped')));
+
+    // A boot that never started a file (no state yet) is no wedge.
+    assert.equal(resumeFrom(emptyState()).wedges, []);
+    assert.equal(readState(join(dir, 'missing.json')), emptyState());
+    writeFileSync(path, '{"not": "a state"}');
+    assert.throws(() => readState(path), /not a nested-suite state/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('skips are counted per file once, though a wedged boot registered them before', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'torpor-suite-skips-'));
+  try {
+    const log = join(dir, 'skips');
+    const rec = (file: string, t: string): string => JSON.stringify({ file, test: t, category: 'linux-guest', reason: 'r' }) + '\n';
+    writeFileSync(log, rec('vmm-linux', 'boots') + rec('net-linux', 'a') + rec('vmm-linux', 'boots') + rec('vmm-linux', 'other'));
+    assert.is(skipsOf(log, 'vmm-linux'), 2);
+    assert.is(skipsOf(log, 'net-linux'), 1);
+    assert.is(skipsOf(log, 'probe'), 0);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('a run of some files (NESTED_SUITE_FILES) is checked against those files only', () => {
+  const t = parseUvu(uvuOutput({ probe: [2, 2], 'vmm-linux': [1, 1] }, 0))!;
+  assert.equal(checkTotals(t, ['probe', 'vmm-linux']), []);
+  assert.ok(checkTotals(t).length > 0);
 });
 
 test.run();

@@ -11,7 +11,7 @@
 // command's output (with L1's console) is printed live; the exit status is the
 // command's, or one of the codes below when the nested host itself failed.
 // Details, traps and timings: docs/nested.md.
-import { spawn, spawnSync } from 'node:child_process';
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { closeSync, existsSync, mkdtempSync, openSync, readFileSync, readSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { connect } from 'node:net';
@@ -41,6 +41,9 @@ const QEMU_TRUSTED_MAJOR = 10;
 
 const checkout = fileURLToPath(new URL('../..', import.meta.url)).replace(/\/$/, '');
 const SUITE = 'node --import tsx test/nested/suite.ts';
+/** A fresh L1 after a wedge needs this much of NESTED_TIMEOUT_S left to be worth booting: its
+ *  boot and TORPOR_HOME copy (~30 s) and at least the longest test file (~200 s). */
+const MIN_RESUME_S = 300;
 /** NMIs the runner may send to a silent L1 in one run (a wedge each): more, and L1 is killed. */
 const MAX_NMIS = 5;
 
@@ -49,6 +52,14 @@ function envNumber(name: string, fallback: number): number {
   if (v === undefined || v === '') return fallback;
   const n = Number(v);
   if (!Number.isFinite(n) || n <= 0) fail(NESTED_EXIT.setup, `${name}=${v} is not a positive number`);
+  return n;
+}
+
+function envCount(name: string, fallback: number): number {
+  const v = process.env[name];
+  if (v === undefined || v === '') return fallback;
+  const n = Number(v);
+  if (!Number.isInteger(n) || n < 0) fail(NESTED_EXIT.setup, `${name}=${v} is not a whole number`);
   return n;
 }
 
@@ -163,14 +174,43 @@ async function wedgedCpuState(monitor: string): Promise<string> {
   return `${registers}\nRIP sampled over the next ${over} s: ${rips.join(' ')}\nLocal APIC (info lapic):\n${lapic}`;
 }
 
+/**
+ * NESTED_WEDGE_GDB: what QEMU's own state says about a wedged CPU, read with gdb from a QEMU
+ * built with debug information (NESTED_QEMU): its threads' stacks and the fields that decide
+ * whether an interrupt is taken (QEMU 10's x86_cpu_pending_interrupt), sampled three times.
+ */
+function insideQemu(pid: number): string {
+  const cpu = 'cpus_queue.tqh_first';
+  const env = `((X86CPU *)${cpu})->env`;
+  const fields = [
+    `${cpu}->interrupt_request`, `${cpu}->exit_request`, `${cpu}->halted`, `${cpu}->exception_index`,
+    `${cpu}->cflags_next_tb`, `${cpu}->neg.icount_decr.u32`, `${env}.hflags`, `${env}.hflags2`, `${env}.eflags`,
+    `${env}.int_ctl`, `${env}.intercept`, `${env}.eip`, `${env}.regs[2]`, `${env}.vm_vmcb`, `${env}.old_exception`,
+  ];
+  const samples: string[] = [];
+  for (let i = 0; i < 3; i++) {
+    // gdb's echo drops a plain trailing space; \040 keeps it.
+    const args = ['-p', String(pid), '-batch', '-nx', ...fields.flatMap((f) => ['-ex', `echo ${f}\\040`, '-ex', `p/x ${f}`])];
+    if (i === 0) args.push('-ex', 'thread apply all bt 14');
+    const gdb = spawnSync('gdb', args, { encoding: 'utf8', timeout: 120_000, maxBuffer: 16 << 20 });
+    const lines = (gdb.stdout ?? '').split('\n').filter((l) => / = 0x|^Thread|^#/.test(l));
+    samples.push(`gdb sample ${i + 1}:\n${lines.join('\n') || `(gdb: ${gdb.error ?? (gdb.stderr ?? '').slice(-400)})`}`);
+  }
+  return samples.join('\n');
+}
+
 async function main(): Promise<number> {
   const args = process.argv.slice(2);
   const command = args.length ? args.join(' ') : SUITE;
+  // Only the suite can go on after a wedge: it knows which of its files finished.
+  const resumable = command === SUITE;
   const timeoutS = envNumber('NESTED_TIMEOUT_S', 25 * 60);
   const bootTimeoutS = envNumber('NESTED_BOOT_TIMEOUT_S', 180);
   // L1's init prints a heartbeat every 30 s: this long without one, L1 has stopped making progress.
   const silenceS = envNumber('NESTED_SILENCE_S', 240);
   const nmiS = envNumber('NESTED_NMI_S', 60);
+  // Fresh L1 boots the suite may take after wedges; 0: a wedge fails the run.
+  const maxResumes = resumable ? envCount('NESTED_WEDGE_RESUMES', 3) : 0;
   // One L1 CPU by default: with two, under heavy guest traffic an L1 vCPU halted and was never
   // woken again (QEMU 10.0), and L1's memory was corrupted in suite runs (7.2 and 10.0); one
   // CPU ran the same load clean (docs/nested.md, "One L1 CPU"). Guests with 2 vCPUs still run.
@@ -182,7 +222,8 @@ async function main(): Promise<number> {
   const cpu = process.env.NESTED_CPU ?? 'max,vendor=AuthenticAMD,+svm,+npt';
   if (tcg !== 'multi' && tcg !== 'single') fail(NESTED_EXIT.setup, `NESTED_TCG=${tcg}: multi or single`);
 
-  const qemu = 'qemu-system-x86_64';
+  // NESTED_QEMU: another QEMU binary (one built with debug information, to look inside a wedge).
+  const qemu = process.env.NESTED_QEMU ?? 'qemu-system-x86_64';
   const version = spawnSync(qemu, ['--version'], { encoding: 'utf8' });
   if (version.status !== 0) fail(NESTED_EXIT.setup, `${qemu} not found: apt-get install qemu-system-x86`);
   const qemuVersion = /version (\d+)\.(\d+)(?:\.(\d+))?/.exec(version.stdout);
@@ -218,17 +259,81 @@ async function main(): Promise<number> {
   }
 
   const run = mkdtempSync(join(tmpdir(), 'torpor-nested-'));
-  const log = join(run, 'console.log');
-  const monitorPath = join(run, 'monitor.sock');
   writeFileSync(join(run, 'command'), command + '\n');
   writeFileSync(join(run, 'home-paths'), (await homePaths(home, report)).join('\n') + '\n');
   const env: Record<string, string> = { TORPOR_HOME: '/tmp/torpor-home', TORPOR_NESTED: '1', NESTED_STARTED_MS: String(Date.now()) };
-  // NESTED_FILE_LIMIT_S is read inside L1, by the suite (test/nested/suite.ts).
-  for (const name of ['CI', 'TORPOR_ADDON', 'NO_COLOR', 'FORCE_COLOR', 'TERM', 'NESTED_FILE_LIMIT_S']) {
+  // The suite keeps what it finished in the run share, so a fresh L1 can go on after a wedge.
+  if (resumable) env.NESTED_SUITE_STATE = '/run/nested/suite-state.json';
+  // NESTED_FILE_LIMIT_S and NESTED_SUITE_FILES are read inside L1, by the suite (test/nested/suite.ts).
+  for (const name of ['CI', 'TORPOR_ADDON', 'NO_COLOR', 'FORCE_COLOR', 'TERM', 'NESTED_FILE_LIMIT_S', 'NESTED_SUITE_FILES']) {
     if (process.env[name] !== undefined) env[name] = process.env[name]!;
   }
   writeFileSync(join(run, 'env'), Object.entries(env).map(([k, v]) => `export ${k}=${shellQuote(v)}\n`).join(''));
 
+  const deadline = t0 + timeoutS * 1000;
+  const opts: BootOptions = {
+    run, command, qemu, kernel: l1.path, home, deadline, timeoutS, bootTimeoutS, silenceS, nmiS, smp, memoryMiB, tcg, cpu, since,
+    qemuVersion: qemuVersion?.[0]?.replace('version ', '') ?? '?',
+    freezeIn: process.env.NESTED_FREEZE_IN,
+  };
+  for (let boot = 1; ; boot++) {
+    // A wedge ends a boot, not the suite: while resumes and time are left, a fresh L1 goes on
+    // from the file the wedge interrupted (test/nested/suite-state.ts).
+    const mayResume = (): boolean => boot <= maxResumes && (deadline - performance.now()) / 1000 > MIN_RESUME_S;
+    const result = await bootL1(opts, boot, mayResume);
+    if (result !== 'wedged') return result;
+    process.stdout.write(
+      `\nnested: boot ${boot + 1} of L1, ${((deadline - performance.now()) / 1000).toFixed(0)} s left (NESTED_TIMEOUT_S): ` +
+        `the suite resumes where the wedge stopped it (resume ${boot} of at most ${maxResumes}, NESTED_WEDGE_RESUMES)\n`,
+    );
+  }
+}
+
+interface BootOptions {
+  run: string;
+  command: string;
+  qemu: string;
+  qemuVersion: string;
+  kernel: string;
+  home: string;
+  /** When the whole run, every boot, must end (performance.now() ms). */
+  deadline: number;
+  timeoutS: number;
+  bootTimeoutS: number;
+  silenceS: number;
+  nmiS: number;
+  smp: number;
+  memoryMiB: number;
+  tcg: string;
+  cpu: string;
+  since: () => string;
+  /** NESTED_FREEZE_IN: a test file at whose start the first boot's CPU is stopped through the
+   *  monitor (`stop`), a stand-in for a wedge to try the resume with by hand. */
+  freezeIn?: string;
+}
+
+/** QEMU processes running now, killed on Ctrl-C or a CI cancel. */
+const runningQemu = new Set<ChildProcess>();
+for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
+  process.on(sig, () => {
+    // Never leave an emulated machine running.
+    for (const child of runningQemu) child.kill('SIGKILL');
+    process.stderr.write(`\nnested: ${sig}: L1 killed\n`);
+    process.exit(130);
+  });
+}
+
+/**
+ * Boots L1 once and runs the command in it: the command's exit status, or 'wedged' when L1
+ * went silent (a wedge) and `mayResume()` allows another boot; every other failure of the nested host exits here with
+ * its NESTED_EXIT code.
+ */
+async function bootL1(o: BootOptions, boot: number, mayResume: () => boolean): Promise<number | 'wedged'> {
+  const { run, command, qemu, home, timeoutS, bootTimeoutS, silenceS, nmiS, smp, memoryMiB, tcg, cpu, since } = o;
+  // Each boot its own console log and monitor socket; the first keeps the names docs and CI logs use.
+  const log = join(run, boot === 1 ? 'console.log' : `console-${boot}.log`);
+  const monitorPath = join(run, boot === 1 ? 'monitor.sock' : `monitor-${boot}.sock`);
+  rmSync(join(run, 'status'), { force: true });
   const cmdline = [
     'console=ttyS0',
     'root=hostroot rootfstype=9p rootflags=trans=virtio,version=9p2000.L,msize=262144,cache=loose ro',
@@ -258,14 +363,17 @@ async function main(): Promise<number> {
     // The monitor answers while the emulated CPU spins: a wedged L1's CPU state is read from it.
     '-display', 'none', '-monitor', `unix:${monitorPath},server=on,wait=off`, '-no-reboot',
     '-serial', `file:${log}`,
-    '-kernel', l1.path,
+    '-kernel', o.kernel,
     '-append', cmdline,
     ...fsdev('hostroot', '/', true),
     ...fsdev('checkout', checkout, false),
     ...fsdev('run', run, false),
     ...fsdev('torporhome', home, true),
   ];
-  process.stderr.write(`nested: booting L1 (QEMU ${qemuVersion?.[0]?.replace('version ', '') ?? '?'}, TCG ${tcg}-threaded, ${smp} vCPUs, ${memoryMiB} MiB, -cpu ${cpu}); console log ${log}; timeout ${timeoutS} s\n`);
+  process.stderr.write(
+    `nested: booting L1${boot > 1 ? ` (boot ${boot})` : ''} (QEMU ${o.qemuVersion}, TCG ${tcg}-threaded, ${smp} vCPUs, ${memoryMiB} MiB, -cpu ${cpu}); ` +
+      `console log ${log}; timeout ${timeoutS} s for the whole run\n`,
+  );
   process.stderr.write(`nested: running: ${command}\n`);
 
   // Live output: L1's boot messages are kept for a failure report, not printed;
@@ -278,6 +386,8 @@ async function main(): Promise<number> {
   let ignoredMsrs = 0;
   let lastAlive = performance.now();
   let lastNmiAt = 0;
+  let frozen = false;
+  const bootStart = performance.now();
   const follower = follow(log, (whole) => {
     // L1's first line since an NMI: it answered.
     if (lastNmiAt && lastAlive <= lastNmiAt) {
@@ -297,7 +407,7 @@ async function main(): Promise<number> {
       return;
     }
     const marker = /^nested: (?:userspace at|exit status (\S+))/.exec(line);
-    if (marker && !userspaceAt) userspaceAt = since();
+    if (marker && !userspaceAt) userspaceAt = `${((performance.now() - bootStart) / 1000).toFixed(1)} s`;
     if (marker?.[1] !== undefined) markerStatus = marker[1];
     if (!userspaceAt) {
       bootLines.push(line);
@@ -305,9 +415,16 @@ async function main(): Promise<number> {
       return;
     }
     process.stdout.write(line + '\n');
+    if (o.freezeIn && boot === 1 && !frozen && line.replace(/\x1b\[[0-9;]*m/g, '').trim() === `${o.freezeIn}.test.ts`) {
+      frozen = true;
+      void monitorSays(monitorPath, 'stop').then(() =>
+        process.stdout.write(`\nnested: NESTED_FREEZE_IN: L1's CPU stopped at the start of ${o.freezeIn}.test.ts, a stand-in for a wedge\n`),
+      );
+    }
   });
 
   const child = spawn(qemu, qemuArgs, { stdio: ['ignore', 'pipe', 'pipe'] });
+  runningQemu.add(child);
   let qemuOutput = '';
   child.stdout.on('data', (d: Buffer) => (qemuOutput += d.toString()));
   child.stderr.on('data', (d: Buffer) => (qemuOutput += d.toString()));
@@ -316,7 +433,7 @@ async function main(): Promise<number> {
     killedFor ??= why;
     child.kill('SIGKILL');
   };
-  const overall = setTimeout(() => kill('timeout'), timeoutS * 1000);
+  const overall = setTimeout(() => kill('timeout'), Math.max(0, o.deadline - performance.now()));
   let cpuState = '';
   // A wedge (docs/nested.md, "L1 wedges") leaves L1's timer interrupt pending in its APIC while
   // QEMU runs the nested guest on and on; an NMI forces the exit to L1. After NESTED_NMI_S of
@@ -345,27 +462,20 @@ async function main(): Promise<number> {
     if (silentFor < silenceS * 1000) return;
     killedFor = 'silent';
     void wedgedCpuState(monitorPath).then((said) => {
-      cpuState = said;
+      cpuState = said + (process.env.NESTED_WEDGE_GDB ? `\n${insideQemu(child.pid!)}` : '');
       child.kill('SIGKILL');
     });
   }, 5_000);
-  const boot = setTimeout(() => {
+  const bootTimer = setTimeout(() => {
     if (!userspaceAt) kill('boot');
   }, bootTimeoutS * 1000);
-  // Ctrl-C or a CI cancel: never leave an emulated machine running.
-  for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
-    process.on(sig, () => {
-      child.kill('SIGKILL');
-      process.stderr.write(`\nnested: ${sig}: L1 killed\n`);
-      process.exit(130);
-    });
-  }
   const exit = await new Promise<{ code: number | null; signal: NodeJS.Signals | null; error?: Error }>((resolve) => {
     child.on('error', (error) => resolve({ code: null, signal: null, error }));
     child.on('close', (code, signal) => resolve({ code, signal }));
   });
+  runningQemu.delete(child);
   clearTimeout(overall);
-  clearTimeout(boot);
+  clearTimeout(bootTimer);
   clearInterval(silence);
   follower.stop();
 
@@ -380,12 +490,13 @@ async function main(): Promise<number> {
     fail(NESTED_EXIT.timeout, `timed out after ${timeoutS} s (NESTED_TIMEOUT_S); L1 killed. ${summary}. Console log: ${log}\nLast lines:\n${lastLines()}`);
   }
   if (killedFor === 'silent') {
-    fail(
-      NESTED_EXIT.l1Failed,
+    const what =
       `L1 stopped: no console output, not even its heartbeat, for ${silenceS} s (NESTED_SILENCE_S): its emulated CPU ` +
-        `spins without progress (docs/nested.md, "L1 wedges"); L1 killed. ${summary}. Console log: ${log}\n` +
-        `Its CPU state (QEMU monitor):\n${cpuState || '(the monitor did not answer)'}\nLast lines:\n${lastLines()}`,
-    );
+      `spins without progress (docs/nested.md, "L1 wedges"); L1 killed. ${summary}. Console log: ${log}\n` +
+      `Its CPU state (QEMU monitor):\n${cpuState || '(the monitor did not answer)'}\nLast lines:\n${lastLines()}`;
+    if (!mayResume()) fail(NESTED_EXIT.l1Failed, what);
+    process.stdout.write(`\nnested: ${what}\n`);
+    return 'wedged';
   }
   if (killedFor === 'boot') {
     fail(NESTED_EXIT.l1Failed, `L1 did not reach userspace in ${bootTimeoutS} s; killed. Console log: ${log}\nLast lines:\n${lastLines()}`);

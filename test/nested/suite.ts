@@ -8,6 +8,7 @@ import { spawn, spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 
 import { FileClock } from './file-clock.js';
+import { type SuiteState, emptyState, readState, resumeFrom, skipsOf, writeState } from './suite-state.js';
 
 /** Files that boot machines through KVM. A new one belongs here (and runs on hardware hosts in npm test too). */
 export const KVM_FILES = [
@@ -83,9 +84,14 @@ export function parseUvu(output: string): UvuTotals | undefined {
   const passed = num('Passed');
   const skipped = num('Skipped');
   if (total === undefined || passed === undefined || skipped === undefined) return undefined;
+  return { total, passed, skipped, files: parseFileCounts(text) };
+}
+
+/** Each finished file's counts in uvu's output (so far): its "(passed / total)" line under its name. */
+export function parseFileCounts(output: string): Map<string, { passed: number; total: number }> {
   const files = new Map<string, { passed: number; total: number }>();
   let current: string | undefined;
-  for (const line of text.split('\n')) {
+  for (const line of output.replace(ANSI, '').split('\n')) {
     const name = /^(\S+)\.test\.ts\s*$/.exec(line);
     if (name) current = name[1];
     const counts = /\((\d+) \/ (\d+)\)\s*$/.exec(line);
@@ -94,27 +100,74 @@ export function parseUvu(output: string): UvuTotals | undefined {
       current = undefined;
     }
   }
-  return { total, passed, skipped, files };
+  return files;
 }
 
-/** What is wrong with a run's totals, or an empty list. */
-export function checkTotals(t: UvuTotals): string[] {
+/** What is wrong with a run's totals, or an empty list. `expected`: the files that had to run. */
+export function checkTotals(t: UvuTotals, expected: readonly string[] = KVM_FILES): string[] {
   const problems: string[] = [];
   if (t.skipped !== 0) problems.push(`${t.skipped} test(s) skipped: on the nested host every KVM test must run`);
   if (t.passed !== t.total) problems.push(`${t.total - t.passed} of ${t.total} test(s) failed`);
-  for (const name of KVM_FILES) if (!t.files.has(name)) problems.push(`${name}.test.ts did not report`);
+  for (const name of expected) if (!t.files.has(name)) problems.push(`${name}.test.ts did not report`);
   for (const [name, min] of Object.entries(LINUX_FILES)) {
-    const f = t.files.get(name);
+    const f = expected.includes(name) ? t.files.get(name) : undefined;
     if (f && (f.passed < min || f.passed !== f.total)) problems.push(`${name}.test.ts: ${f.passed} of ${f.total} passed, expected at least ${min}`);
   }
   return problems;
 }
 
+/** The totals of this boot's uvu run with those of files an earlier, wedged boot finished. */
+export function withEarlierFiles(t: UvuTotals, earlier: SuiteState): UvuTotals {
+  const files = new Map(t.files);
+  let { total, passed, skipped } = t;
+  for (const [name, f] of Object.entries(earlier.files)) {
+    files.set(name, { passed: f.passed, total: f.total });
+    total += f.total;
+    passed += f.passed;
+    skipped += f.skipped;
+  }
+  return { total, passed, skipped, files };
+}
+
+/** The files this run is to cover: NESTED_SUITE_FILES (comma-separated, for a quicker run by
+ *  hand, each one of KVM_FILES), or all of KVM_FILES. */
+function selectedFiles(): string[] {
+  const asked = process.env.NESTED_SUITE_FILES;
+  if (!asked) return KVM_FILES;
+  const files = asked.split(',').map((f) => f.trim()).filter(Boolean);
+  const unknown = files.filter((f) => !KVM_FILES.includes(f));
+  if (unknown.length) throw new Error(`NESTED_SUITE_FILES: not KVM test files: ${unknown.join(', ')}`);
+  return files;
+}
+
 async function main(): Promise<number> {
-  const pattern = `^(${KVM_FILES.join('|')})\\.test\\.ts$`;
+  const files = selectedFiles();
+  // Set by test/nested/run.ts for the suite: where the suite keeps what it finished across L1 boots.
+  const statePath = process.env.NESTED_SUITE_STATE;
+  const earlier = statePath ? resumeFrom(readState(statePath)) : emptyState();
+  const state: SuiteState = { files: { ...earlier.files }, wedges: earlier.wedges };
+  const toRun = files.filter((f) => !(f in state.files));
+  if (state.wedges.length) {
+    const at = state.wedges.at(-1) ? `in ${state.wedges.at(-1)}.test.ts` : 'between files';
+    console.log(
+      `nested suite: resuming after an L1 wedge ${at} (wedge ${state.wedges.length}; docs/nested.md, "L1 wedges"): ` +
+        `${files.length - toRun.length} file(s) finished before it keep their counts; running the other ${toRun.length}` +
+        (state.wedges.at(-1) ? `, ${state.wedges.at(-1)} again from its start` : ''),
+    );
+  }
+  // Skips are recorded where the suite can count them per file across boots (test/skip-unless.ts).
+  const skipLog = statePath ? `${statePath}.skips` : process.env.TORPOR_SKIP_LOG;
+  const save = (): void => {
+    if (statePath) writeState(statePath, state);
+  };
+  save();
+  if (toRun.length === 0) return report(withEarlierFiles({ total: 0, passed: 0, skipped: 0, files: new Map() }, earlier), files, state, 0, 0, false);
+
+  const pattern = `^(${toRun.join('|')})\\.test\\.ts$`;
   const started = performance.now();
   const child = spawn(process.execPath, ['--import', 'tsx', 'node_modules/uvu/bin.js', 'test', pattern], {
     stdio: ['ignore', 'pipe', 'inherit'],
+    env: skipLog ? { ...process.env, TORPOR_SKIP_LOG: skipLog } : process.env,
   });
   let output = '';
   let lingering: NodeJS.Timeout | undefined;
@@ -138,8 +191,19 @@ async function main(): Promise<number> {
   }, 5_000);
   child.stdout.on('data', (d: Buffer) => {
     output += d.toString();
+    const finished = clock.done.length;
     clock.feed(d.toString(), performance.now());
     process.stdout.write(d);
+    if (statePath && (clock.done.length !== finished || clock.current !== state.running)) {
+      // A file boundary: what finished, with its counts, and what runs now.
+      const counts = parseFileCounts(output);
+      for (const { name } of clock.done.slice(finished)) {
+        const f = counts.get(name);
+        if (f) state.files[name] = { ...f, skipped: skipLog ? skipsOf(skipLog, name) : 0 };
+      }
+      state.running = clock.current;
+      save();
+    }
     // uvu printed its totals: every test is done. A process that stays alive
     // after that holds a timer or a handle a test left behind; it costs CI
     // minutes, not correctness, so it is ended and reported, not waited for.
@@ -170,16 +234,27 @@ async function main(): Promise<number> {
     console.log(`\nnested suite: uvu printed no totals (exit ${code}) after ${seconds} s`);
     return code || 1;
   }
-  const problems = checkTotals(totals);
+  state.running = undefined;
+  save();
+  return report(withEarlierFiles(totals, earlier), files, state, Number(seconds), killedLingering ? 0 : code, true);
+}
+
+/** Prints the suite's result line and its problems; the suite's exit status. */
+function report(totals: UvuTotals, files: string[], state: SuiteState, seconds: number, code: number, ran: boolean): number {
+  const problems = checkTotals(totals, files);
   const linux = Object.keys(LINUX_FILES)
+    .filter((n) => files.includes(n))
     .map((n) => `${n} ${totals.files.get(n)?.passed ?? 0}/${totals.files.get(n)?.total ?? 0}`)
     .join(', ');
+  const wedges = state.wedges.length
+    ? `; resumed after ${state.wedges.length} L1 wedge(s), in ${state.wedges.map((w) => (w ? `${w}.test.ts` : 'between files')).join(', ')}`
+    : '';
   console.log(
-    `\nnested suite: ${totals.passed} passed, ${totals.skipped} skipped of ${totals.total} in ${KVM_FILES.length} files (${linux}) in ${seconds} s`,
+    `\nnested suite: ${totals.passed} passed, ${totals.skipped} skipped of ${totals.total} in ${files.length} files${linux ? ` (${linux})` : ''} in ${seconds} s${ran ? '' : ' (nothing left to run)'}${wedges}`,
   );
   for (const p of problems) console.log(`nested suite: FAIL: ${p}`);
   if (problems.length) return 1;
-  return killedLingering ? 0 : code;
+  return code;
 }
 
 /** Prints what the hung test process and its children are doing: their states and kernel wait
