@@ -12,7 +12,7 @@
 // command's, or one of the codes below when the nested host itself failed.
 // Details, traps and timings: docs/nested.md.
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
-import { closeSync, existsSync, mkdtempSync, openSync, readFileSync, readSync, rmSync, writeFileSync } from 'node:fs';
+import { appendFileSync, closeSync, existsSync, mkdtempSync, openSync, readFileSync, readSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { connect } from 'node:net';
 import { dirname, join, relative } from 'node:path';
@@ -22,6 +22,7 @@ import { ensureArtifacts, type SetupReport } from '../../lib/setup/artifacts.js'
 import { baseArtifactDir } from '../../lib/setup/rootfs.js';
 import { streamProgress } from '../../lib/setup/progress.js';
 import { homeLayout, torporHome } from '../../lib/store/home.js';
+import { FileClock } from './file-clock.js';
 import { ensureL1Kernel } from './l1-kernel.js';
 
 /** Exit codes for failures of the nested host (not of the command). */
@@ -44,7 +45,7 @@ const SUITE = 'node --import tsx test/nested/suite.ts';
 /** A fresh L1 after a wedge needs this much of NESTED_TIMEOUT_S left to be worth booting: its
  *  boot and TORPOR_HOME copy (~30 s) and at least the longest test file (~200 s). */
 const MIN_RESUME_S = 300;
-/** NMIs the runner may send to a silent L1 in one run (a wedge each): more, and L1 is killed. */
+/** NMIs the runner may send to a silent L1 in one boot (a wedge each): more, and L1 is killed. */
 const MAX_NMIS = 5;
 
 function envNumber(name: string, fallback: number): number {
@@ -263,14 +264,18 @@ async function main(): Promise<number> {
   writeFileSync(join(run, 'home-paths'), (await homePaths(home, report)).join('\n') + '\n');
   const env: Record<string, string> = { TORPOR_HOME: '/tmp/torpor-home', TORPOR_NESTED: '1', NESTED_STARTED_MS: String(Date.now()) };
   // The suite keeps what it finished in the run share, so a fresh L1 can go on after a wedge.
-  if (resumable) env.NESTED_SUITE_STATE = '/run/nested/suite-state.json';
+  if (resumable) {
+    env.NESTED_SUITE_STATE = '/run/nested/suite-state.json';
+    env.NESTED_WEDGE_LOG = '/run/nested/wedges';
+  }
   // NESTED_FILE_LIMIT_S and NESTED_SUITE_FILES are read inside L1, by the suite (test/nested/suite.ts).
   for (const name of ['CI', 'TORPOR_ADDON', 'NO_COLOR', 'FORCE_COLOR', 'TERM', 'NESTED_FILE_LIMIT_S', 'NESTED_SUITE_FILES']) {
     if (process.env[name] !== undefined) env[name] = process.env[name]!;
   }
   writeFileSync(join(run, 'env'), Object.entries(env).map(([k, v]) => `export ${k}=${shellQuote(v)}\n`).join(''));
 
-  const deadline = t0 + timeoutS * 1000;
+  // NESTED_TIMEOUT_S counts from the first boot (the builds above are not L1's time).
+  const deadline = performance.now() + timeoutS * 1000;
   const opts: BootOptions = {
     run, command, qemu, kernel: l1.path, home, deadline, timeoutS, bootTimeoutS, silenceS, nmiS, smp, memoryMiB, tcg, cpu, since,
     qemuVersion: qemuVersion?.[0]?.replace('version ', '') ?? '?',
@@ -388,6 +393,8 @@ async function bootL1(o: BootOptions, boot: number, mayResume: () => boolean): P
   let lastNmiAt = 0;
   let frozen = false;
   const bootStart = performance.now();
+  // Which test file the console shows running: where a wedge struck (the suite's wedge log).
+  const files = new FileClock();
   const follower = follow(log, (whole) => {
     // L1's first line since an NMI: it answered.
     if (lastNmiAt && lastAlive <= lastNmiAt) {
@@ -415,6 +422,7 @@ async function bootL1(o: BootOptions, boot: number, mayResume: () => boolean): P
       return;
     }
     process.stdout.write(line + '\n');
+    files.feed(line + '\n', performance.now());
     if (o.freezeIn && boot === 1 && !frozen && line.replace(/\x1b\[[0-9;]*m/g, '').trim() === `${o.freezeIn}.test.ts`) {
       frozen = true;
       void monitorSays(monitorPath, 'stop').then(() =>
@@ -462,7 +470,7 @@ async function bootL1(o: BootOptions, boot: number, mayResume: () => boolean): P
     if (silentFor < silenceS * 1000) return;
     killedFor = 'silent';
     void wedgedCpuState(monitorPath).then((said) => {
-      cpuState = said + (process.env.NESTED_WEDGE_GDB ? `\n${insideQemu(child.pid!)}` : '');
+      cpuState = said + (process.env.NESTED_WEDGE_GDB === '1' ? `\n${insideQemu(child.pid!)}` : '');
       child.kill('SIGKILL');
     });
   }, 5_000);
@@ -494,6 +502,8 @@ async function bootL1(o: BootOptions, boot: number, mayResume: () => boolean): P
       `L1 stopped: no console output, not even its heartbeat, for ${silenceS} s (NESTED_SILENCE_S): its emulated CPU ` +
       `spins without progress (docs/nested.md, "L1 wedges"); L1 killed. ${summary}. Console log: ${log}\n` +
       `Its CPU state (QEMU monitor):\n${cpuState || '(the monitor did not answer)'}\nLast lines:\n${lastLines()}`;
+    // Noted for the suite (NESTED_WEDGE_LOG) whether or not it resumes: its result line names each wedge.
+    appendFileSync(join(run, 'wedges'), `${files.current ?? ''}\n`);
     if (!mayResume()) fail(NESTED_EXIT.l1Failed, what);
     process.stdout.write(`\nnested: ${what}\n`);
     return 'wedged';
@@ -523,8 +533,9 @@ async function bootL1(o: BootOptions, boot: number, mayResume: () => boolean): P
   const code = Number(status);
   if (!Number.isInteger(code)) fail(NESTED_EXIT.l1Failed, `L1 wrote an unreadable status '${status}'`);
   process.stderr.write(`\nnested: command exited ${code}; ${summary}\n`);
-  if (code === 0) rmSync(run, { recursive: true, force: true });
-  else process.stderr.write(`nested: console log kept: ${log}\n`);
+  // A run that met a wedge keeps its console logs, the wedged boots' included.
+  if (code === 0 && boot === 1) rmSync(run, { recursive: true, force: true });
+  else process.stderr.write(`nested: console log kept: ${log}${boot > 1 ? ` (and the earlier boots' in ${run})` : ''}\n`);
   return code;
 }
 

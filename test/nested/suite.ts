@@ -8,7 +8,7 @@ import { spawn, spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 
 import { FileClock } from './file-clock.js';
-import { type SuiteState, emptyState, readState, resumeFrom, skipsOf, writeState } from './suite-state.js';
+import { type SuiteState, distinctSkips, emptyState, readState, readWedges, resumeFrom, writeState } from './suite-state.js';
 
 /** Files that boot machines through KVM. A new one belongs here (and runs on hardware hosts in npm test too). */
 export const KVM_FILES = [
@@ -116,25 +116,39 @@ export function checkTotals(t: UvuTotals, expected: readonly string[] = KVM_FILE
   return problems;
 }
 
-/** The totals of this boot's uvu run with those of files an earlier, wedged boot finished. */
+/** The totals of this boot's uvu run with those of files an earlier, wedged boot finished. Skips
+ *  are not per file here: uvu leaves them out of a file's counts (see distinctSkips). */
 export function withEarlierFiles(t: UvuTotals, earlier: SuiteState): UvuTotals {
   const files = new Map(t.files);
-  let { total, passed, skipped } = t;
+  let { total, passed } = t;
   for (const [name, f] of Object.entries(earlier.files)) {
     files.set(name, { passed: f.passed, total: f.total });
     total += f.total;
     passed += f.passed;
-    skipped += f.skipped;
   }
-  return { total, passed, skipped, files };
+  return { total, passed, skipped: t.skipped, files };
+}
+
+/**
+ * Brings `state` up to what the clock has read: the files that finished since `from` (an index
+ * into clock.done) with their counts, the file running now and whether one of its tests failed.
+ * Whether anything changed, so the caller writes the state only then.
+ */
+export function noteProgress(state: SuiteState, clock: FileClock, from: number): boolean {
+  const before = `${state.running}\0${state.runningFailed}`;
+  for (const f of clock.done.slice(from)) state.files[f.name] = { passed: f.passed, total: f.total };
+  state.running = clock.current;
+  state.runningFailed = clock.current !== undefined && clock.currentFailed;
+  return clock.done.length !== from || `${state.running}\0${state.runningFailed}` !== before;
 }
 
 /** The files this run is to cover: NESTED_SUITE_FILES (comma-separated, for a quicker run by
  *  hand, each one of KVM_FILES), or all of KVM_FILES. */
 function selectedFiles(): string[] {
   const asked = process.env.NESTED_SUITE_FILES;
-  if (!asked) return KVM_FILES;
+  if (asked === undefined) return KVM_FILES;
   const files = asked.split(',').map((f) => f.trim()).filter(Boolean);
+  if (files.length === 0) throw new Error(`NESTED_SUITE_FILES='${asked}' names no file`);
   const unknown = files.filter((f) => !KVM_FILES.includes(f));
   if (unknown.length) throw new Error(`NESTED_SUITE_FILES: not KVM test files: ${unknown.join(', ')}`);
   return files;
@@ -142,26 +156,35 @@ function selectedFiles(): string[] {
 
 async function main(): Promise<number> {
   const files = selectedFiles();
-  // Set by test/nested/run.ts for the suite: where the suite keeps what it finished across L1 boots.
+  // Set by test/nested/run.ts for the suite: where the suite keeps what it finished across L1
+  // boots, and where the runner notes each wedge it ended (with the file it interrupted).
   const statePath = process.env.NESTED_SUITE_STATE;
+  const wedges = process.env.NESTED_WEDGE_LOG ? readWedges(process.env.NESTED_WEDGE_LOG) : [];
   const earlier = statePath ? resumeFrom(readState(statePath)) : emptyState();
-  const state: SuiteState = { files: { ...earlier.files }, wedges: earlier.wedges };
+  const state: SuiteState = { files: { ...earlier.files }, failedBeforeWedge: earlier.failedBeforeWedge };
   const toRun = files.filter((f) => !(f in state.files));
-  if (state.wedges.length) {
-    const at = state.wedges.at(-1) ? `in ${state.wedges.at(-1)}.test.ts` : 'between files';
+  if (files.length !== KVM_FILES.length) console.log(`nested suite: NESTED_SUITE_FILES: ${files.length} of the suite's ${KVM_FILES.length} files only`);
+  if (wedges.length) {
+    const last = wedges.at(-1);
     console.log(
-      `nested suite: resuming after an L1 wedge ${at} (wedge ${state.wedges.length}; docs/nested.md, "L1 wedges"): ` +
-        `${files.length - toRun.length} file(s) finished before it keep their counts; running the other ${toRun.length}` +
-        (state.wedges.at(-1) ? `, ${state.wedges.at(-1)} again from its start` : ''),
+      `nested suite: resuming after an L1 wedge ${last ? `in ${last}.test.ts` : 'before or between files'} ` +
+        `(wedge ${wedges.length}; docs/nested.md, "L1 wedges"): ${files.length - toRun.length} file(s) that finished before it ` +
+        `keep their counts; running the other ${toRun.length}` +
+        (last && toRun.includes(last) ? `, ${last} again from its start` : ''),
     );
   }
-  // Skips are recorded where the suite can count them per file across boots (test/skip-unless.ts).
-  const skipLog = statePath ? `${statePath}.skips` : process.env.TORPOR_SKIP_LOG;
+  // Skips across boots: the suite's own skip log in the run directory (test/skip-unless.ts).
+  const skipLog = statePath ? `${statePath}.skips` : undefined;
   const save = (): void => {
     if (statePath) writeState(statePath, state);
   };
   save();
-  if (toRun.length === 0) return report(withEarlierFiles({ total: 0, passed: 0, skipped: 0, files: new Map() }, earlier), files, state, 0, 0, false);
+  const finish = (t: UvuTotals, seconds: number, code: number, ran: boolean): number => {
+    const merged = withEarlierFiles(t, earlier);
+    if (skipLog) merged.skipped = Math.max(merged.skipped, distinctSkips(skipLog));
+    return report(merged, files, state.failedBeforeWedge, wedges, seconds, code, ran);
+  };
+  if (toRun.length === 0) return finish({ total: 0, passed: 0, skipped: 0, files: new Map() }, 0, 0, false);
 
   const pattern = `^(${toRun.join('|')})\\.test\\.ts$`;
   const started = performance.now();
@@ -193,17 +216,9 @@ async function main(): Promise<number> {
     output += d.toString();
     const finished = clock.done.length;
     clock.feed(d.toString(), performance.now());
+    // Written before the chunk is shown: a wedge after it shows nothing the state does not know.
+    if (statePath && noteProgress(state, clock, finished)) save();
     process.stdout.write(d);
-    if (statePath && (clock.done.length !== finished || clock.current !== state.running)) {
-      // A file boundary: what finished, with its counts, and what runs now.
-      const counts = parseFileCounts(output);
-      for (const { name } of clock.done.slice(finished)) {
-        const f = counts.get(name);
-        if (f) state.files[name] = { ...f, skipped: skipLog ? skipsOf(skipLog, name) : 0 };
-      }
-      state.running = clock.current;
-      save();
-    }
     // uvu printed its totals: every test is done. A process that stays alive
     // after that holds a timer or a handle a test left behind; it costs CI
     // minutes, not correctness, so it is ended and reported, not waited for.
@@ -235,22 +250,32 @@ async function main(): Promise<number> {
     return code || 1;
   }
   state.running = undefined;
+  state.runningFailed = undefined;
   save();
-  return report(withEarlierFiles(totals, earlier), files, state, Number(seconds), killedLingering ? 0 : code, true);
+  return finish(totals, Number(seconds), killedLingering ? 0 : code, true);
 }
 
 /** Prints the suite's result line and its problems; the suite's exit status. */
-function report(totals: UvuTotals, files: string[], state: SuiteState, seconds: number, code: number, ran: boolean): number {
+function report(
+  totals: UvuTotals,
+  files: string[],
+  failedBeforeWedge: string[],
+  wedges: string[],
+  seconds: number,
+  code: number,
+  ran: boolean,
+): number {
   const problems = checkTotals(totals, files);
+  for (const f of failedBeforeWedge) problems.push(`${f}.test.ts: a test failed before a wedge interrupted it (its rerun does not undo that)`);
   const linux = Object.keys(LINUX_FILES)
     .filter((n) => files.includes(n))
     .map((n) => `${n} ${totals.files.get(n)?.passed ?? 0}/${totals.files.get(n)?.total ?? 0}`)
     .join(', ');
-  const wedges = state.wedges.length
-    ? `; resumed after ${state.wedges.length} L1 wedge(s), in ${state.wedges.map((w) => (w ? `${w}.test.ts` : 'between files')).join(', ')}`
+  const resumed = wedges.length
+    ? `; resumed after ${wedges.length} L1 wedge(s), in ${wedges.map((w) => (w ? `${w}.test.ts` : 'no file')).join(', ')}`
     : '';
   console.log(
-    `\nnested suite: ${totals.passed} passed, ${totals.skipped} skipped of ${totals.total} in ${files.length} files${linux ? ` (${linux})` : ''} in ${seconds} s${ran ? '' : ' (nothing left to run)'}${wedges}`,
+    `\nnested suite: ${totals.passed} passed, ${totals.skipped} skipped of ${totals.total} in ${files.length} files${linux ? ` (${linux})` : ''} in ${seconds} s${ran ? '' : ' (nothing left to run)'}${resumed}`,
   );
   for (const p of problems) console.log(`nested suite: FAIL: ${p}`);
   if (problems.length) return 1;
