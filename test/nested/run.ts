@@ -45,8 +45,8 @@ const SUITE = 'node --import tsx test/nested/suite.ts';
 /** A fresh L1 after a wedge needs this much of NESTED_TIMEOUT_S left to be worth booting: its
  *  boot and TORPOR_HOME copy (~30 s) and at least the longest test file (~200 s). */
 const MIN_RESUME_S = 300;
-/** NMIs the runner may send to a silent L1 in one boot (a wedge each): more, and L1 is killed. */
-const MAX_NMIS = 5;
+/** Serial BREAKs the runner may send to a silent L1 in one boot (a wedge each). */
+const MAX_BREAKS = 5;
 
 function envNumber(name: string, fallback: number): number {
   const v = process.env[name];
@@ -209,7 +209,7 @@ async function main(): Promise<number> {
   const bootTimeoutS = envNumber('NESTED_BOOT_TIMEOUT_S', 180);
   // L1's init prints a heartbeat every 30 s: this long without one, L1 has stopped making progress.
   const silenceS = envNumber('NESTED_SILENCE_S', 240);
-  const nmiS = envNumber('NESTED_NMI_S', 60);
+  const breakS = envNumber('NESTED_BREAK_S', 60);
   // Fresh L1 boots the suite may take after wedges; 0: a wedge fails the run.
   const maxResumes = resumable ? envCount('NESTED_WEDGE_RESUMES', 3) : 0;
   // One L1 CPU by default: with two, under heavy guest traffic an L1 vCPU halted and was never
@@ -277,7 +277,7 @@ async function main(): Promise<number> {
   // NESTED_TIMEOUT_S counts from the first boot (the builds above are not L1's time).
   const deadline = performance.now() + timeoutS * 1000;
   const opts: BootOptions = {
-    run, command, qemu, kernel: l1.path, home, deadline, timeoutS, bootTimeoutS, silenceS, nmiS, smp, memoryMiB, tcg, cpu, since,
+    run, command, qemu, kernel: l1.path, home, deadline, timeoutS, bootTimeoutS, silenceS, breakS, smp, memoryMiB, tcg, cpu, since,
     qemuVersion: qemuVersion?.[0]?.replace('version ', '') ?? '?',
     freezeIn: process.env.NESTED_FREEZE_IN,
   };
@@ -306,7 +306,7 @@ interface BootOptions {
   timeoutS: number;
   bootTimeoutS: number;
   silenceS: number;
-  nmiS: number;
+  breakS: number;
   smp: number;
   memoryMiB: number;
   tcg: string;
@@ -334,7 +334,7 @@ for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
  * its NESTED_EXIT code.
  */
 async function bootL1(o: BootOptions, boot: number, mayResume: () => boolean): Promise<number | 'wedged'> {
-  const { run, command, qemu, home, timeoutS, bootTimeoutS, silenceS, nmiS, smp, memoryMiB, tcg, cpu, since } = o;
+  const { run, command, qemu, home, timeoutS, bootTimeoutS, silenceS, breakS, smp, memoryMiB, tcg, cpu, since } = o;
   // Each boot its own console log and monitor socket; the first keeps the names docs and CI logs use.
   const log = join(run, boot === 1 ? 'console.log' : `console-${boot}.log`);
   const monitorPath = join(run, boot === 1 ? 'monitor.sock' : `monitor-${boot}.sock`);
@@ -390,17 +390,19 @@ async function bootL1(o: BootOptions, boot: number, mayResume: () => boolean): P
   let panic: string | undefined;
   let ignoredMsrs = 0;
   let lastAlive = performance.now();
-  let lastNmiAt = 0;
+  let lastBreakAt = 0;
   let frozen = false;
   const bootStart = performance.now();
   // Which test file the console shows running: where a wedge struck (the suite's wedge log).
   const files = new FileClock();
   const follower = follow(log, (whole) => {
-    // L1's first line since an NMI: it answered.
-    if (lastNmiAt && lastAlive <= lastNmiAt) {
-      process.stdout.write(`nested: L1 answered ${((performance.now() - lastNmiAt) / 1000).toFixed(1)} s after the NMI\n`);
+    // L1's first line since a BREAK: it answered, the wedge is over.
+    if (lastBreakAt && lastAlive <= lastBreakAt) {
+      process.stdout.write(`nested: L1 answered ${((performance.now() - lastBreakAt) / 1000).toFixed(1)} s after the BREAK: the wedge is over\n`);
     }
     lastAlive = performance.now();
+    // L1's console echoes the BREAK's NUL as "^@" before its next line.
+    whole = whole.replace(/^(\^@)+/, '');
     // The heartbeat can land after another writer's unfinished line (uvu's dots): cut it out
     // wherever it is.
     const line = whole.replace(/nested: alive at [\d.]+ s/, '');
@@ -443,26 +445,30 @@ async function bootL1(o: BootOptions, boot: number, mayResume: () => boolean): P
   };
   const overall = setTimeout(() => kill('timeout'), Math.max(0, o.deadline - performance.now()));
   let cpuState = '';
-  // A wedge (docs/nested.md, "L1 wedges") leaves L1's timer interrupt pending in its APIC while
-  // QEMU runs the nested guest on and on; an NMI forces the exit to L1. After NESTED_NMI_S of
-  // silence the runner sends one (at most MAX_NMIS per run) and says so, with the CPU's state;
-  // a run that stays silent to NESTED_SILENCE_S is still killed.
-  let nmis = 0;
-  let nmiPending = false;
+  // A wedge (docs/nested.md, "L1 wedges") is an interrupt QEMU lost: L1's timer vector sits in
+  // its APIC's IRR but the CPU was never told, so L1 (halted, or running a nested guest that
+  // spins) never takes it. Any new interrupt makes QEMU's APIC look at IRR again: after
+  // NESTED_BREAK_S of silence the runner sends a BREAK on L1's serial console (`chardev-send-break`;
+  // its receive-line-status interrupt reaches the APIC through the IOAPIC), at most MAX_BREAKS
+  // per boot, and says so with the CPU's state. A boot silent to NESTED_SILENCE_S is killed.
+  let breaks = 0;
+  let breakPending = false;
   const silence = setInterval(() => {
-    if (!userspaceAt || killedFor || nmiPending) return;
+    if (!userspaceAt || killedFor || breakPending) return;
     const silentFor = performance.now() - lastAlive;
-    if (silentFor >= nmiS * 1000 && silentFor < silenceS * 1000 && nmis < MAX_NMIS && lastAlive > lastNmiAt) {
-      nmiPending = true;
+    if (silentFor >= breakS * 1000 && silentFor < silenceS * 1000 && breaks < MAX_BREAKS && lastAlive > lastBreakAt) {
+      breakPending = true;
       void wedgedCpuState(monitorPath).then(async (state) => {
         const rip = RIP.exec(state)?.[1] ?? '?';
         const irr = /^IRR\s+(.*)$/m.exec(state)?.[1]?.trim() || 'none';
-        await monitorSays(monitorPath, 'nmi');
-        nmis++;
-        lastNmiAt = performance.now();
-        nmiPending = false;
+        const halted = /HLT=1/.test(state) ? ', halted' : '';
+        await monitorSays(monitorPath, 'chardev-send-break serial0');
+        breaks++;
+        lastBreakAt = performance.now();
+        breakPending = false;
         process.stdout.write(
-          `\nnested: L1 silent for ${(silentFor / 1000).toFixed(0)} s (RIP ${rip}, APIC IRR ${irr}): sent an NMI through QEMU's monitor (${nmis} of at most ${MAX_NMIS}; docs/nested.md, "L1 wedges")\n`,
+          `\nnested: L1 silent for ${(silentFor / 1000).toFixed(0)} s (RIP ${rip}${halted}, APIC IRR ${irr}): sent a BREAK on its serial console ` +
+            `to make QEMU deliver the interrupt it holds (${breaks} of at most ${MAX_BREAKS}; docs/nested.md, "L1 wedges")\n`,
         );
       });
       return;
@@ -490,7 +496,7 @@ async function bootL1(o: BootOptions, boot: number, mayResume: () => boolean): P
   const statusFile = join(run, 'status');
   const status = existsSync(statusFile) ? readFileSync(statusFile, 'utf8').trim() : markerStatus;
   const summary = `L1 to userspace ${userspaceAt ?? 'never'}, whole run ${since()}` + (ignoredMsrs ? `, ${ignoredMsrs} ignored-MSR notes hidden` : '') +
-    (nmis ? `, ${nmis} NMI${nmis > 1 ? 's' : ''} sent to a silent L1` : '');
+    (breaks ? `, ${breaks} BREAK${breaks > 1 ? 's' : ''} sent to a silent L1` : '');
   const lastLines = (): string => (userspaceAt ? tail : bootLines.slice(-40)).join('\n');
 
   if (exit.error) fail(NESTED_EXIT.setup, `cannot run ${qemu}: ${exit.error.message}`);
