@@ -401,8 +401,8 @@ async function bootL1(o: BootOptions, boot: number, mayResume: () => boolean): P
       process.stdout.write(`nested: L1 answered ${((performance.now() - lastBreakAt) / 1000).toFixed(1)} s after the BREAK: the wedge is over\n`);
     }
     lastAlive = performance.now();
-    // L1's console echoes the BREAK's NUL as "^@" before its next line.
-    whole = whole.replace(/^(\^@)+/, '');
+    // L1's console echoes the BREAK's NUL as "^@" wherever its output stood.
+    whole = whole.replaceAll('^@', '');
     // The heartbeat can land after another writer's unfinished line (uvu's dots): cut it out
     // wherever it is.
     const line = whole.replace(/nested: alive at [\d.]+ s/, '');
