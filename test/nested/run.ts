@@ -450,7 +450,9 @@ async function bootL1(o: BootOptions, boot: number, mayResume: () => boolean): P
   // spins) never takes it. Any new interrupt makes QEMU's APIC look at IRR again: after
   // NESTED_BREAK_S of silence the runner sends a BREAK on L1's serial console (`chardev-send-break`;
   // its receive-line-status interrupt reaches the APIC through the IOAPIC), at most MAX_BREAKS
-  // per boot, and says so with the CPU's state. A boot silent to NESTED_SILENCE_S is killed.
+  // per boot, and says so with the CPU's state. L1's kernel has no serial SysRq
+  // (test/nested/l1.config), so to L1 the break is a NUL on its console and nothing more.
+  // A boot silent to NESTED_SILENCE_S is killed.
   let breaks = 0;
   let breakPending = false;
   const silence = setInterval(() => {
