@@ -84,23 +84,10 @@ export function parseUvu(output: string): UvuTotals | undefined {
   const passed = num('Passed');
   const skipped = num('Skipped');
   if (total === undefined || passed === undefined || skipped === undefined) return undefined;
-  return { total, passed, skipped, files: parseFileCounts(text) };
-}
-
-/** Each finished file's counts in uvu's output (so far): its "(passed / total)" line under its name. */
-export function parseFileCounts(output: string): Map<string, { passed: number; total: number }> {
-  const files = new Map<string, { passed: number; total: number }>();
-  let current: string | undefined;
-  for (const line of output.replace(ANSI, '').split('\n')) {
-    const name = /^(\S+)\.test\.ts\s*$/.exec(line);
-    if (name) current = name[1];
-    const counts = /\((\d+) \/ (\d+)\)\s*$/.exec(line);
-    if (counts && current) {
-      files.set(current, { passed: Number(counts[1]), total: Number(counts[2]) });
-      current = undefined;
-    }
-  }
-  return files;
+  // The files' counts as the suite's file clock reads them while the run goes on (one parser).
+  const clock = new FileClock();
+  clock.feed(`${text}\n`, 0);
+  return { total, passed, skipped, files: new Map(clock.done.map((f) => [f.name, { passed: f.passed, total: f.total }])) };
 }
 
 /** What is wrong with a run's totals, or an empty list. `expected`: the files that had to run. */
@@ -135,11 +122,12 @@ export function withEarlierFiles(t: UvuTotals, earlier: SuiteState): UvuTotals {
  * Whether anything changed, so the caller writes the state only then.
  */
 export function noteProgress(state: SuiteState, clock: FileClock, from: number): boolean {
-  const before = `${state.running}\0${state.runningFailed}`;
+  const runningFailed = clock.current !== undefined && clock.currentFailed;
+  const changed = clock.done.length !== from || state.running !== clock.current || state.runningFailed !== runningFailed;
   for (const f of clock.done.slice(from)) state.files[f.name] = { passed: f.passed, total: f.total };
   state.running = clock.current;
-  state.runningFailed = clock.current !== undefined && clock.currentFailed;
-  return clock.done.length !== from || `${state.running}\0${state.runningFailed}` !== before;
+  state.runningFailed = runningFailed;
+  return changed;
 }
 
 /** The files this run is to cover: NESTED_SUITE_FILES (comma-separated, for a quicker run by
