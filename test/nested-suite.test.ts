@@ -3,9 +3,10 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 
 import { FileClock } from './nested/file-clock.js';
 import { distinctSkips, emptyState, readState, resumeFrom, writeState } from './nested/suite-state.js';
@@ -148,6 +149,26 @@ test('a run of some files (NESTED_SUITE_FILES) is checked against those files on
   const t = parseUvu(uvuOutput({ probe: [2, 2], 'vmm-linux': [1, 1] }, 0))!;
   assert.equal(checkTotals(t, ['probe', 'vmm-linux']), []);
   assert.ok(checkTotals(t).includes('vmm-boot.test.ts did not report'));
+});
+
+// What marks a test file that needs KVM: the skip reasons and registrars that say "no KVM here"
+// (test/vmm-guests.ts, test/sandbox-home.ts, lib/sandbox/sandbox.ts) and the two categories of
+// test/skip-unless.ts for KVM. Such a file skips on a host without hardware virtualization, so it
+// must be in KVM_FILES, or no run of CI would ever run it on a KVM that can.
+const NEEDS_KVM = /\b(kvmSkipReason|testvmSkipReason|testvmSandboxTest|linuxGuestSupport)\b|'(kvm|linux-guest)'\)/;
+
+test('every test file that can skip for lack of KVM is in the nested suite (KVM_FILES), and every listed file exists', () => {
+  const dir = fileURLToPath(new URL('.', import.meta.url));
+  const files = readdirSync(dir).filter((f) => f.endsWith('.test.ts'));
+  // This file names the markers without being one.
+  const needKvm = files.filter((f) => f !== 'nested-suite.test.ts' && NEEDS_KVM.test(readFileSync(join(dir, f), 'utf8'))).map((f) => f.replace(/\.test\.ts$/, ''));
+  const missing = needKvm.filter((f) => !KVM_FILES.includes(f));
+  assert.equal(missing, [], `test files that skip without KVM but are not in test/nested/suite.ts KVM_FILES: ${missing.join(', ')}`);
+  const absent = KVM_FILES.filter((f) => !files.includes(`${f}.test.ts`));
+  assert.equal(absent, [], `KVM_FILES names files that do not exist: ${absent.join(', ')}`);
+  // The check itself finds them: the two files this list once forgot are found by it.
+  assert.ok(needKvm.includes('vmm-seccomp') && needKvm.includes('vmm-exhaustion'), needKvm.join(', '));
+  for (const f of Object.keys(LINUX_FILES)) assert.ok(KVM_FILES.includes(f), `${f} is a Linux file outside KVM_FILES`);
 });
 
 test.run();

@@ -13,7 +13,7 @@ import { Machine } from '../lib/vm/machine.js';
 import { builtVmlinux, kvmSkipReason, pvhElf32, writeTemp } from './vmm-guests.js';
 import { testUnless } from './skip-unless.js';
 
-const kvmTest = testUnless('vmm-kernel-load', kvmSkipReason());
+const kvmTest = testUnless('vmm-kernel-load', kvmSkipReason(), 'kvm');
 
 interface Segment {
   paddr: number;

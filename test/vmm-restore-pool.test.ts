@@ -14,7 +14,7 @@ import { Machine } from '../lib/vm/machine.js';
 import { bootTestvm, sleep, testvmCommand, testvmSkipReason } from './vmm-guests.js';
 import { testUnless } from './skip-unless.js';
 
-const kvmTest = testUnless('vmm-restore-pool', testvmSkipReason());
+const kvmTest = testUnless('vmm-restore-pool', testvmSkipReason(), 'kvm');
 const COUNTER = 0x100008;
 const fdCount = () => readdirSync('/proc/self/fd').length;
 const counter = (m: Machine) => m.readGuest(COUNTER, 8).readBigUInt64LE();

@@ -15,7 +15,7 @@ import { bootTestvm, sleep, testvmCommand, testvmSkipReason } from './vmm-guests
 import { bound, NESTED } from './bounds.js';
 import { testUnless } from './skip-unless.js';
 
-const kvmTest = testUnless('vmm-snapshot', testvmSkipReason());
+const kvmTest = testUnless('vmm-snapshot', testvmSkipReason(), 'kvm');
 
 const COUNTER = 0x100008;
 /** Time for a merge off the capture path to finish (emulated CPUs in the nested host). */

@@ -9,6 +9,16 @@ import { findPasst } from '../net/passt.js';
 import { missingPackages } from '../setup/tools.js';
 import { homeLayout, torporHome } from '../store/home.js';
 
+/** What a host without /dev/kvm is good for, and what running sandboxes needs. */
+const NO_KVM_NOTE = [
+  'No KVM on this host: /dev/kvm does not exist (its kernel has no KVM, as in many cloud microVMs), so no sandbox can start here.',
+  '  Works here: `torpor setup` (kernel, root filesystem, agent), the guest agent and device tests in `npm test`,',
+  '  and, for development, the nested KVM test host: `npm run test:linux` and `npm run demo` run the real VMM',
+  "  and Linux guests inside an L1 Linux under QEMU's emulator (slow, no /dev/kvm needed; docs/nested.md).",
+  '  To run sandboxes: a Linux host with /dev/kvm and hardware virtualization (VT-x/AMD-V; bare metal, or a VM',
+  '  with nested virtualization enabled), or a PVM host with a guest kernel for it (TORPOR_KERNEL).',
+].join('\n');
+
 export async function runDoctor(argv: string[]): Promise<number> {
   if (argv.length > 0) {
     process.stderr.write(`torpor doctor takes no arguments\n`);
@@ -45,7 +55,9 @@ export async function runDoctor(argv: string[]): Promise<number> {
     // no recorded choice
   }
   if (record.kernel?.source) out.push(`recorded kernel (torpor setup --kernel): ${record.kernel.source}`);
-  if (detectHostFromSysfs().kind === 'pvm' && !kernel && !record.kernel?.source) out.push(`note: ${PVM_KERNEL_NOTE}`);
+  const facts = detectHostFromSysfs();
+  if (!facts.kvm) out.push(NO_KVM_NOTE);
+  else if (facts.kind === 'pvm' && !kernel && !record.kernel?.source) out.push(`note: ${PVM_KERNEL_NOTE}`);
   process.stdout.write(out.join('\n') + '\n');
   return ok ? 0 : 1;
 }

@@ -150,6 +150,15 @@ function validateConnect(opts: ConnectOpts): void {
   checkInt('opts.bootTimeoutMs', opts.bootTimeoutMs, 1, 2 ** 31 - 1);
 }
 
+/** KERNEL_INVALID unless `path` names a regular, non-empty file (its contents are checked later). */
+async function checkKernelFile(path: string): Promise<void> {
+  const st = await stat(path).catch((err: Error) => {
+    throw new TorporError('KERNEL_INVALID', `cannot read kernel ${path}: ${err.message}`, { cause: err });
+  });
+  if (!st.isFile()) throw new TorporError('KERNEL_INVALID', `${path} is not a kernel: not a regular file`);
+  if (st.size === 0) throw new TorporError('KERNEL_INVALID', `${path} is not a kernel: the file is empty`);
+}
+
 /** Whether this host can boot a Linux guest, and if not, exactly why and what to do. */
 export async function linuxGuestSupport(kernelOverride?: string): Promise<{ ok: true } | { ok: false; reason: string }> {
   const { detectHost } = await import('../setup/host.js');
@@ -321,6 +330,11 @@ export class Sandbox implements AsyncDisposable {
     if (template !== 'base') {
       throw new TemplateNotFoundError(`no template named ${JSON.stringify(template)}; only 'base' exists so far`);
     }
+    // The order of refusals: the caller's options first (above, and a supplied kernel that is no
+    // regular file), then the host (KVM_UNAVAILABLE), then the kernel's contents, read and
+    // classified while the artifacts are resolved (KERNEL_INVALID). So a wrong option is named
+    // as such on every host, with or without /dev/kvm.
+    if (opts.boot?.kernel !== undefined) await checkKernelFile(opts.boot.kernel);
     const support = await linuxGuestSupport(opts.boot?.kernel);
     if (!support.ok) throw new KvmUnavailableError(`cannot start a Linux sandbox on this host: ${support.reason}`);
 

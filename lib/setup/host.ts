@@ -28,7 +28,9 @@ export function detectHost(): HostFacts {
 
 export function detectHostFromSysfs(): HostFacts {
   const kvm = existsSync('/dev/kvm');
-  if (existsSync('/sys/module/kvm_pvm')) return { kind: 'pvm', kvm, source: 'sysfs' };
+  // Only with a /dev/kvm: some providers' kernels carry kvm_pvm's sysfs entry without one
+  // (seen on a microVM whose kernel has no KVM), and such a host is no PVM host.
+  if (kvm && existsSync('/sys/module/kvm_pvm')) return { kind: 'pvm', kvm, source: 'sysfs' };
   let flags = '';
   try {
     flags = readFileSync('/proc/cpuinfo', 'utf8');

@@ -402,7 +402,16 @@ export class Machine extends EventEmitter<MachineEvents> {
 
   /** Starts the vCPUs; resolves once every vCPU entered the guest. */
   start(): Promise<void> {
-    return this.#serial(() => this.#native.start());
+    return this.#serial(async () => {
+      await this.#native.start();
+      // Test hook: a guest whose vCPUs stop right after they start and never run again, as a
+      // guest hung under a test. The nested suite's check that such a test is stopped by its
+      // file limit and fails the run, never mistaken for an L1 wedge (docs/nested.md).
+      if (process.env.TORPOR_TEST_STOP_VCPUS === '1') {
+        await this.#native.pause();
+        process.stderr.write('torpor: TORPOR_TEST_STOP_VCPUS=1: this guest\'s vCPUs are stopped for good (a test hook)\n');
+      }
+    });
   }
   /** Resolves when every vCPU is out of the guest with its pending I/O completed. */
   pause(): Promise<void> {

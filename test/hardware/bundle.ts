@@ -18,8 +18,9 @@ import { transformSync } from 'esbuild';
 const ROOT = join(import.meta.dirname, '..', '..');
 /** The issue's bound on the compressed bundle. */
 export const BUNDLE_LIMIT_BYTES = 60 * 1024 * 1024;
-/** What the tests import at run time, with their dependencies (resolved below). */
-const RUNTIME_PACKAGES = ['uvu', 'node-gyp-build'];
+/** What the tests import at run time, with their dependencies (resolved below). tsx: several test
+ *  files start their fixtures (test/fixtures/*.ts, shipped as they are) in a child process through it. */
+const RUNTIME_PACKAGES = ['uvu', 'node-gyp-build', 'tsx'];
 
 const { values } = parseArgs({ options: { out: { type: 'string', default: join(ROOT, 'out', 'hardware') } } });
 const outDir = values.out!;
@@ -58,8 +59,12 @@ function packageClosure(names: string[]): string[] {
     const dir = join(ROOT, 'node_modules', name);
     if (!existsSync(join(dir, 'package.json'))) return; // an optional dependency for another platform
     seen.add(name);
-    const pkg = JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')) as { dependencies?: Record<string, string> };
-    for (const dep of Object.keys(pkg.dependencies ?? {})) visit(dep);
+    const pkg = JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')) as {
+      dependencies?: Record<string, string>;
+      optionalDependencies?: Record<string, string>;
+    };
+    // Optional ones too: esbuild's binary for this platform is one (the others are not installed).
+    for (const dep of Object.keys({ ...pkg.dependencies, ...pkg.optionalDependencies })) visit(dep);
   };
   names.forEach(visit);
   return [...seen].sort();
@@ -92,6 +97,9 @@ try {
     const js = transformSync(readFileSync(join(ROOT, rel), 'utf8'), { loader: 'ts', format: 'esm', target: 'node20', sourcefile: rel });
     writeFileSync(out, js.code);
   }
+  // The fixtures that tests start as child processes (`node --import tsx test/fixtures/x.ts`): as
+  // TypeScript, since the tests name them so; their imports of lib/ find the compiled .js files.
+  cpSync(join(ROOT, 'test', 'fixtures'), join(tree, 'test', 'fixtures'), { recursive: true });
   const pkg = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as Record<string, unknown>;
   writeFileSync(join(tree, 'package.json'), JSON.stringify({ name: pkg.name, version: pkg.version, type: 'module', private: true }, null, 2) + '\n');
 

@@ -18,12 +18,13 @@ import { BASE_FILES, ROOTFS_FILES, baseInputs, rootfsInputs } from '../../lib/se
 import { ensureArtifact } from '../../lib/store/artifact.js';
 import { homeLayout } from '../../lib/store/home.js';
 import { readSkipLog, type SkipRecord } from '../skip-unless.js';
+import { KVM_FILES as NESTED_KVM_FILES, LINUX_FILES } from '../nested/suite.js';
 
-/** The Linux-guest suite: a Linux-level test file that lands here must run on every hardware host. */
-export const LINUX_SUITE = ['vmm-linux', 'sandbox-linux'];
-/** The other KVM test files (the test guest): they run on any KVM host, hardware included.
- *  (exit-stages is not among them: it starts its fixtures through tsx, which the bundle leaves out.) */
-export const KVM_FILES = ['probe', 'vmm-boot', 'vmm-lifecycle', 'vmm-testvm', 'vmm-devices', 'agent-testvm', 'sandbox-testvm'];
+/** The Linux-guest suite: every Linux-level test file, the nested suite's list (one list for both). */
+export const LINUX_SUITE = Object.keys(LINUX_FILES);
+/** The other KVM test files (the test guest and the sandbox layer over it): they run on any KVM
+ *  host, hardware included. Those that start fixtures through tsx find it in the bundle. */
+export const KVM_FILES = NESTED_KVM_FILES.filter((f) => !(f in LINUX_FILES));
 
 const BUNDLE = join(import.meta.dirname, '..', '..');
 

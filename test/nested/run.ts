@@ -210,8 +210,10 @@ async function main(): Promise<number> {
   // L1's init prints a heartbeat every 30 s: this long without one, L1 has stopped making progress.
   const silenceS = envNumber('NESTED_SILENCE_S', 240);
   const breakS = envNumber('NESTED_BREAK_S', 60);
-  // Fresh L1 boots the suite may take after wedges; 0: a wedge fails the run.
-  const maxResumes = resumable ? envCount('NESTED_WEDGE_RESUMES', 3) : 0;
+  // Fresh L1 boots the suite may take after wedges; 0: a wedge fails the run. One by default: a
+  // wedge is QEMU losing an interrupt, rare (docs/nested.md, "L1 wedges"); a second one in the
+  // same run is more than that rarity explains, and a run that needs it fails.
+  const maxResumes = resumable ? envCount('NESTED_WEDGE_RESUMES', 1) : 0;
   // One L1 CPU by default: with two, under heavy guest traffic an L1 vCPU halted and was never
   // woken again (QEMU 10.0), and L1's memory was corrupted in suite runs (7.2 and 10.0); one
   // CPU ran the same load clean (docs/nested.md, "One L1 CPU"). Guests with 2 vCPUs still run.
@@ -268,8 +270,9 @@ async function main(): Promise<number> {
     env.NESTED_SUITE_STATE = '/run/nested/suite-state.json';
     env.NESTED_WEDGE_LOG = '/run/nested/wedges';
   }
-  // NESTED_FILE_LIMIT_S and NESTED_SUITE_FILES are read inside L1, by the suite (test/nested/suite.ts).
-  for (const name of ['CI', 'TORPOR_ADDON', 'NO_COLOR', 'FORCE_COLOR', 'TERM', 'NESTED_FILE_LIMIT_S', 'NESTED_SUITE_FILES']) {
+  // NESTED_FILE_LIMIT_S and NESTED_SUITE_FILES are read inside L1, by the suite (test/nested/suite.ts);
+  // TORPOR_TEST_STOP_VCPUS by the VMM's Machine (a guest hung on purpose, docs/nested.md).
+  for (const name of ['CI', 'TORPOR_ADDON', 'NO_COLOR', 'FORCE_COLOR', 'TERM', 'NESTED_FILE_LIMIT_S', 'NESTED_SUITE_FILES', 'TORPOR_TEST_STOP_VCPUS']) {
     if (process.env[name] !== undefined) env[name] = process.env[name]!;
   }
   writeFileSync(join(run, 'env'), Object.entries(env).map(([k, v]) => `export ${k}=${shellQuote(v)}\n`).join(''));
@@ -280,7 +283,11 @@ async function main(): Promise<number> {
     run, command, qemu, kernel: l1.path, home, deadline, timeoutS, bootTimeoutS, silenceS, breakS, smp, memoryMiB, tcg, cpu, since,
     qemuVersion: qemuVersion?.[0]?.replace('version ', '') ?? '?',
     freezeIn: process.env.NESTED_FREEZE_IN,
+    stalls: [],
   };
+  // Said last, whatever the end (fail() exits through it too): every wedge, every file run again
+  // after one, and every stall a BREAK ended. NESTED_REPORT: a file CI's summary reads it from.
+  process.on('exit', () => reportIncidents(run, opts.stalls, maxResumes));
   for (let boot = 1; ; boot++) {
     // A wedge ends a boot, not the suite: while resumes and time are left, a fresh L1 goes on
     // from the file the wedge interrupted (test/nested/suite-state.ts).
@@ -315,6 +322,27 @@ interface BootOptions {
   /** NESTED_FREEZE_IN: a test file at whose start the first boot's CPU is stopped through the
    *  monitor (`stop`), a stand-in for a wedge to try the resume with by hand. */
   freezeIn?: string;
+  /** Stalls that a BREAK ended (no boot lost): where and how long, for the run's summary. */
+  stalls: string[];
+}
+
+/**
+ * The run's incidents, printed last and appended to NESTED_REPORT: the wedges (a boot lost, and
+ * the file it interrupted, which the next boot ran again from its start) and the stalls a BREAK
+ * ended. Nothing to say: one line saying so, so a summary shows it was looked at.
+ */
+function reportIncidents(run: string, stalls: string[], maxResumes: number): void {
+  const wedgeLog = join(run, 'wedges');
+  const wedges = existsSync(wedgeLog) ? readFileSync(wedgeLog, 'utf8').split('\n').slice(0, -1) : [];
+  const lines = [
+    wedges.length
+      ? `L1 wedges: ${wedges.length} (at most ${maxResumes} resumed, NESTED_WEDGE_RESUMES): ` +
+        wedges.map((w, i) => `boot ${i + 1} lost${w ? ` in ${w}.test.ts, which ran again from its start` : ' between files'}`).join('; ')
+      : 'L1 wedges: none',
+    stalls.length ? `L1 stalls ended by a BREAK (no file ran again): ${stalls.length}: ${stalls.join('; ')}` : 'L1 stalls ended by a BREAK: none',
+  ];
+  process.stdout.write(`\n${lines.map((l) => `nested: ${l}`).join('\n')}\n`);
+  if (process.env.NESTED_REPORT) appendFileSync(process.env.NESTED_REPORT, lines.join('\n') + '\n');
 }
 
 /** QEMU processes running now, killed on Ctrl-C or a CI cancel. */
@@ -389,7 +417,11 @@ async function bootL1(o: BootOptions, boot: number, mayResume: () => boolean): P
   let markerStatus: string | undefined;
   let panic: string | undefined;
   let ignoredMsrs = 0;
+  // Any line from L1 (for "L1 answered" after a BREAK), and L1's own heartbeat: only its silence
+  // is a wedge. A test waiting on a hung guest keeps L1 beating; its file limit (the suite's
+  // NESTED_FILE_LIMIT_S) catches it, and it fails the run instead of being resumed.
   let lastAlive = performance.now();
+  let lastBeat = performance.now();
   let lastBreakAt = 0;
   let frozen = false;
   const bootStart = performance.now();
@@ -398,9 +430,12 @@ async function bootL1(o: BootOptions, boot: number, mayResume: () => boolean): P
   const follower = follow(log, (whole) => {
     // L1's first line since a BREAK: it answered, the wedge is over.
     if (lastBreakAt && lastAlive <= lastBreakAt) {
-      process.stdout.write(`nested: L1 answered ${((performance.now() - lastBreakAt) / 1000).toFixed(1)} s after the BREAK: the wedge is over\n`);
+      const after = (performance.now() - lastBreakAt) / 1000;
+      process.stdout.write(`nested: L1 answered ${after.toFixed(1)} s after the BREAK: the wedge is over\n`);
+      o.stalls.push(`boot ${boot}${files.current ? ` in ${files.current}.test.ts` : ''}, ${((lastBreakAt - lastBeat) / 1000).toFixed(0)} s without a heartbeat, answered ${after.toFixed(1)} s after the BREAK`);
     }
     lastAlive = performance.now();
+    if (/nested: (alive at [\d.]+ s|userspace at)/.test(whole)) lastBeat = lastAlive;
     // L1's console echoes the BREAK's NUL as "^@" wherever its output stood.
     whole = whole.replaceAll('^@', '');
     // The heartbeat can land after another writer's unfinished line (uvu's dots): cut it out
@@ -457,8 +492,8 @@ async function bootL1(o: BootOptions, boot: number, mayResume: () => boolean): P
   let breakPending = false;
   const silence = setInterval(() => {
     if (!userspaceAt || killedFor || breakPending) return;
-    const silentFor = performance.now() - lastAlive;
-    if (silentFor >= breakS * 1000 && silentFor < silenceS * 1000 && breaks < MAX_BREAKS && lastAlive > lastBreakAt) {
+    const silentFor = performance.now() - lastBeat;
+    if (silentFor >= breakS * 1000 && silentFor < silenceS * 1000 && breaks < MAX_BREAKS && lastBeat > lastBreakAt) {
       breakPending = true;
       void wedgedCpuState(monitorPath).then(async (state) => {
         const rip = RIP.exec(state)?.[1] ?? '?';
@@ -469,7 +504,7 @@ async function bootL1(o: BootOptions, boot: number, mayResume: () => boolean): P
         lastBreakAt = performance.now();
         breakPending = false;
         process.stdout.write(
-          `\nnested: L1 silent for ${(silentFor / 1000).toFixed(0)} s (RIP ${rip}${halted}, APIC IRR ${irr}): sent a BREAK on its serial console ` +
+          `\nnested: no heartbeat from L1 for ${(silentFor / 1000).toFixed(0)} s (RIP ${rip}${halted}, APIC IRR ${irr}): sent a BREAK on its serial console ` +
             `to make QEMU deliver the interrupt it holds (${breaks} of at most ${MAX_BREAKS}; docs/nested.md, "L1 wedges")\n`,
         );
       });
@@ -507,12 +542,14 @@ async function bootL1(o: BootOptions, boot: number, mayResume: () => boolean): P
   }
   if (killedFor === 'silent') {
     const what =
-      `L1 stopped: no console output, not even its heartbeat, for ${silenceS} s (NESTED_SILENCE_S): its emulated CPU ` +
+      `L1 stopped: no heartbeat for ${silenceS} s (NESTED_SILENCE_S): its emulated CPU ` +
       `spins without progress (docs/nested.md, "L1 wedges"); L1 killed. ${summary}. Console log: ${log}\n` +
       `Its CPU state (QEMU monitor):\n${cpuState || '(the monitor did not answer)'}\nLast lines:\n${lastLines()}`;
     // Noted for the suite (NESTED_WEDGE_LOG) whether or not it resumes: its result line names each wedge.
     appendFileSync(join(run, 'wedges'), `${files.current ?? ''}\n`);
-    if (!mayResume()) fail(NESTED_EXIT.l1Failed, what);
+    if (!mayResume()) {
+      fail(NESTED_EXIT.l1Failed, `${what}\n${boot > 1 ? `a wedge in boot ${boot}: more than the ${boot - 1} this run may resume (NESTED_WEDGE_RESUMES)` : 'not resumed (NESTED_WEDGE_RESUMES, or too little of NESTED_TIMEOUT_S left)'}; the run fails`);
+    }
     process.stdout.write(`\nnested: ${what}\n`);
     return 'wedged';
   }
