@@ -4,7 +4,8 @@
 // threads, RSS and the snapshot directory's disk usage, prints the curves (a
 // table) and writes JSON, then asserts that fds, threads and RSS stayed flat
 // (bounded growth after warm-up), and disk too: merges and Machine.pruneSnapshots
-// keep each machine's snapshot directory to its last generation's layers.
+// keep each machine's snapshot directory to its last generation's layers. The
+// verdict and its limits: bench/soak-judge.ts.
 //   node --import tsx bench/soak.ts [--machines 20] [--seconds 300] [--sample 10] [--capture-every 30]
 //                                   [--json bench/results/soak.json]
 // .ci/run runs the 5-minute version; an hour: --seconds 3600.
@@ -17,6 +18,7 @@ import { parseArgs } from 'node:util';
 
 import { Machine } from '../lib/vm/machine.js';
 import { sleep, testvmCommandByEvents, testvmImage } from '../test/vmm-guests.js';
+import { MERGE_PERIOD_CAPTURES, type SoakSample, judgeSoak } from './soak-judge.js';
 
 const command = (m: Machine, line: string, key: string) => testvmCommandByEvents(m, line, key, 20_000);
 
@@ -34,28 +36,6 @@ const SECONDS = Number(args.seconds);
 const SAMPLE_S = Number(args.sample);
 const CAPTURE_EVERY_S = Number(args['capture-every']);
 const MEMORY_MIB = 32;
-// Each capture freezes the disk's top overlay into the generation; the restored machine opens
-// it as one more layer of its disk chain (data file + map) until a merge replaces a machine's
-// own layers with one (native/vmm/machine_merge.cc), and Machine.pruneSnapshots removes what
-// the merges made unneeded. So fds and disk must stay flat like the rest.
-// A disk merge starts once a machine's chain holds 8 own frozen layers (kDiskMergeAt) and is
-// adopted at the next capture: fds and disk run in a sawtooth of about this many captures.
-const MERGE_PERIOD_CAPTURES = 9;
-
-interface Sample {
-  t: number;
-  fds: number;
-  threads: number;
-  rssMiB: number;
-  /** V8's heap in use and the memory of Buffers outside it: how much of RSS is JavaScript's. */
-  heapMiB: number;
-  externalMiB: number;
-  diskMiB: number;
-  echoes: number;
-  blkOps: number;
-  captures: number;
-  errors: number;
-}
 
 const counters = { echoes: 0, blkOps: 0, captures: 0, errors: 0 };
 const errors: string[] = [];
@@ -193,7 +173,7 @@ async function main() {
   const kernel = testvmImage();
   if (!kernel) throw new Error('guest/testvm/out/testvm.elf is not built (make -C guest/testvm)');
   const root = mkdtempSync(join(tmpdir(), 'torpor-soak-'));
-  const samples: Sample[] = [];
+  const samples: SoakSample[] = [];
   const started = Date.now();
   const deadline = started + SECONDS * 1000;
   const sample = () => {
@@ -224,50 +204,17 @@ async function main() {
       `${String(s.t).padStart(8)} ${String(s.fds).padStart(5)} ${String(s.threads).padStart(8)} ${String(s.rssMiB).padStart(9)} ${String(s.heapMiB).padStart(5)} ${String(s.externalMiB).padStart(9)} ${String(s.diskMiB).padStart(10)} ${String(s.echoes).padStart(7)} ${String(s.blkOps).padStart(8)} ${String(s.captures).padStart(9)} ${String(s.errors).padStart(7)}`,
     );
 
-  // Flatness: fds and disk rise with every capture until a merge folds a machine's own layers
-  // (from the 8th on, adopted at the capture after) and fall back: a sawtooth whose period is
-  // MERGE_PERIOD_CAPTURES captures per machine. So the judge compares the peak of one whole
-  // period right after warm-up (every machine's first capture) with the peak of the last whole
-  // period: each window holds a full tooth, so its highest sample is the tooth's height whatever
-  // the phase (a median depends on where the window cuts the tooth: the first tooth, rising from
-  // single-layer chains, sits lower than the later ones that rise from a merged layer). A leak
-  // makes the teeth grow; a flat process repeats them. The windows are counted in captures, not
-  // seconds, so a slow host that captures less often than asked is judged the same. A run
-  // shorter than two periods after warm-up cannot be judged.
-  const period = MERGE_PERIOD_CAPTURES * MACHINES;
-  const running = samples.slice(1, -1).filter((s) => s.captures >= MACHINES);
-  const warmedAt = running.length ? running[0]!.captures : 0;
-  const endAt = running.length ? running[running.length - 1]!.captures : 0;
+  const verdict = judgeSoak(samples, MACHINES, MERGE_PERIOD_CAPTURES);
+  const { period, checks } = verdict;
   const failures: string[] = [];
   for (const r of results) if (r.status === 'rejected') failures.push(`a machine's loop ended: ${(r.reason as Error).message}`);
   if (counters.errors > 0) failures.push(`${counters.errors} errors: ${errors.slice(0, 5).join('; ')}`);
-  const checks: Record<string, { warm: number; end: number; limit: number }> = {};
-  const head = running.filter((s) => s.captures < warmedAt + period);
-  const tail = running.filter((s) => s.captures > endAt - period);
-  if (endAt - warmedAt >= 2 * period && head.length >= 3 && tail.length >= 3) {
-    const bound = (key: 'fds' | 'threads' | 'rssMiB' | 'diskMiB', slack: (warm: number) => number) => {
-      const warm = Math.max(...head.map((s) => s[key]));
-      const end = Math.max(...tail.map((s) => s[key]));
-      checks[key] = { warm, end, limit: warm + slack(warm) };
-      if (end > warm + slack(warm)) failures.push(`${key} grew from ${warm} to ${end} (limit ${warm + slack(warm)})`);
-    };
-    bound('fds', (w) => Math.max(16, w * 0.1));
-    bound('threads', () => 8);
-    bound('rssMiB', (w) => Math.max(64, w * 0.25));
-    // Per machine at most a full memory layer, a merge of it being written, a few diffs and
-    // disk layers: it levels off once merges and the prune keep up.
-    bound('diskMiB', (w) => Math.max(MACHINES * MEMORY_MIB, w * 0.5));
-  } else {
-    failures.push(
-      `${endAt - warmedAt} captures after warm-up with ${head.length}/${tail.length} samples per window cannot show two merge ` +
-        `periods of ${period} captures (${MERGE_PERIOD_CAPTURES} per machine): run longer, capture or sample more often`,
-    );
-  }
+  failures.push(...verdict.failures);
   const last = samples[samples.length - 1]!;
   const diskPerCapture = last.captures ? last.diskMiB / last.captures : 0;
   console.log(
     `flatness (peak of the first and of the last merge period, ${period} captures each, limit): ${Object.entries(checks)
-      .map(([k, v]) => `${k} ${v.warm} -> ${v.end} (<= ${Math.round(v.limit)})`)
+      .map(([k, v]) => `${k} ${v.warm} -> ${v.end} (<= ${v.limit})`)
       .join(', ')}; ${last.captures} captures, disk at the end ${last.diskMiB} MiB (all of the soak's files)`,
   );
   const out = {
@@ -277,6 +224,8 @@ async function main() {
     seconds: SECONDS,
     captureEverySeconds: CAPTURE_EVERY_S,
     samples,
+    // The judge's windows (bench/soak-judge.ts): captures per merge period, at warm-up and at the end.
+    judged: { period, warmedAt: verdict.warmedAt, endAt: verdict.endAt, headSamples: verdict.headSamples, tailSamples: verdict.tailSamples },
     checks,
     diskMiBPerCapture: diskPerCapture,
     failures,
