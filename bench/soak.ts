@@ -9,14 +9,20 @@
 //   node --import tsx bench/soak.ts [--machines 20] [--seconds 300] [--sample 10] [--capture-every 30]
 //                                   [--json bench/results/soak.json]
 // .ci/run runs the 5-minute version; an hour: --seconds 3600.
-import { type Dirent, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+// A deliberate leak, to show that the judge fails one (never in CI): TORPOR_SOAK_LEAK_MIB=<n>
+// leaves n MiB (decimals allowed) of files in the soak's directory at every capture cycle,
+// TORPOR_SOAK_LEAK_FDS=<n> n open fds; neither is ever freed. Both are printed and recorded
+// in the JSON, with the host the soak ran on (kind, /dev/kvm, the nested test host or not).
+import { type Dirent, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { mkdir, writeFile } from 'node:fs/promises';
 import type net from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { parseArgs } from 'node:util';
 
+import { detectHost } from '../lib/setup/host.js';
 import { Machine } from '../lib/vm/machine.js';
+import { NESTED } from '../test/bounds.js';
 import { sleep, testvmCommandByEvents, testvmImage } from '../test/vmm-guests.js';
 import { MERGE_PERIOD_CAPTURES, type SoakSample, judgeSoak } from './soak-judge.js';
 
@@ -36,6 +42,35 @@ const SECONDS = Number(args.seconds);
 const SAMPLE_S = Number(args.sample);
 const CAPTURE_EVERY_S = Number(args['capture-every']);
 const MEMORY_MIB = 32;
+
+/** A non-negative number from the environment (0 when unset); anything else stops the soak before it starts. */
+function leakSetting(name: string, integer: boolean): number {
+  const text = process.env[name];
+  if (text === undefined || text === '') return 0;
+  const n = Number(text);
+  if (!Number.isFinite(n) || n < 0 || (integer && !Number.isInteger(n)))
+    throw new Error(`${name}=${text}: want a non-negative ${integer ? 'whole number' : 'number'}`);
+  return n;
+}
+/** The deliberate-leak hook: what every capture cycle leaves behind on purpose, never freed. */
+const LEAK = {
+  mibPerCapture: leakSetting('TORPOR_SOAK_LEAK_MIB', false),
+  fdsPerCapture: leakSetting('TORPOR_SOAK_LEAK_FDS', true),
+};
+const LEAKING = LEAK.mibPerCapture > 0 || LEAK.fdsPerCapture > 0;
+const leakedFds: number[] = [];
+let leakedFiles = 0;
+
+/** The hook's share of a capture cycle: files in the machine's directory (outside snap/, which
+ *  pruning reads) that count in the soak's disk, and fds of its base image. */
+async function leak(dir: string, base: string): Promise<void> {
+  if (LEAK.mibPerCapture > 0) {
+    await mkdir(join(dir, 'leaked'), { recursive: true });
+    // Not zeros: every block is written, so allocated whatever the filesystem does with zeros.
+    await writeFile(join(dir, 'leaked', `${leakedFiles++}.bin`), Buffer.alloc(Math.round(LEAK.mibPerCapture * (1 << 20)), 0xa5));
+  }
+  for (let i = 0; i < LEAK.fdsPerCapture; i++) leakedFds.push(openSync(base, 'r'));
+}
 
 const counters = { echoes: 0, blkOps: 0, captures: 0, errors: 0 };
 const errors: string[] = [];
@@ -152,6 +187,7 @@ async function worker(index: number, kernel: string, root: string, deadline: num
           await Machine.pruneSnapshots(join(dir, 'snap'));
           m = await Machine.restore(join(dir, 'snap'));
           counters.captures++;
+          if (LEAKING) await leak(dir, base);
           // The restored guest still has what was written before the capture.
           const again = await command(m, `blk-verify ${sector} ${tag} 4`, 'blk-verify');
           if (!again.startsWith('blk-verify=ok')) throw new Error(`blk after restore: ${again}`);
@@ -173,6 +209,16 @@ async function main() {
   const kernel = testvmImage();
   if (!kernel) throw new Error('guest/testvm/out/testvm.elf is not built (make -C guest/testvm)');
   const root = mkdtempSync(join(tmpdir(), 'torpor-soak-'));
+  const host = { ...detectHost(), nested: NESTED };
+  console.log(
+    `soak: host ${host.kind} (from ${host.source}), /dev/kvm ${host.kvm ? 'present' : 'absent'}, ` +
+      `${host.nested ? 'inside the nested test host (TORPOR_NESTED=1)' : 'not the nested test host'}`,
+  );
+  const leakBanner = LEAKING
+    ? `*** DELIBERATE LEAK ON: every capture cycle leaves ${LEAK.mibPerCapture} MiB on disk (TORPOR_SOAK_LEAK_MIB) and ` +
+      `${LEAK.fdsPerCapture} fds open (TORPOR_SOAK_LEAK_FDS), never freed: the judge must FAIL this run ***`
+    : '';
+  if (LEAKING) console.log(`soak: ${leakBanner}`);
   const samples: SoakSample[] = [];
   const started = Date.now();
   const deadline = started + SECONDS * 1000;
@@ -223,6 +269,8 @@ async function main() {
     machines: MACHINES,
     seconds: SECONDS,
     captureEverySeconds: CAPTURE_EVERY_S,
+    host,
+    leakHook: { ...LEAK, leakedFiles, leakedFds: leakedFds.length },
     samples,
     // The judge's windows (bench/soak-judge.ts): captures per merge period, at warm-up and at the end.
     judged: { period, warmedAt: verdict.warmedAt, endAt: verdict.endAt, headSamples: verdict.headSamples, tailSamples: verdict.tailSamples },
@@ -233,11 +281,12 @@ async function main() {
   await mkdir(dirname(args.json!), { recursive: true });
   await writeFile(args.json!, JSON.stringify(out, null, 2) + '\n');
   rmSync(root, { recursive: true, force: true });
+  if (LEAKING) console.log(`soak: ${leakBanner}`);
   if (failures.length) {
-    console.error(`soak: FAILED\n  ${failures.join('\n  ')}`);
+    console.error(`soak: FAILED${LEAKING ? ' (the deliberate leak hook was on)' : ''}\n  ${failures.join('\n  ')}`);
     process.exit(1);
   }
-  console.log('soak: flat');
+  console.log(LEAKING ? 'soak: flat, ALTHOUGH THE DELIBERATE LEAK HOOK WAS ON: the judge missed the leak' : 'soak: flat');
 }
 
 await main();
