@@ -4,8 +4,8 @@
 # only) plus a working corpus that persists between campaigns
 # ($FUZZ_WORK/<target>, default native/test/out/fuzz/work, git-ignored), and
 # prints inputs, inputs/s and coverage (edges) per target. Exits non-zero at
-# the first crash, leak, timeout or out-of-memory (the reproducer is left in
-# $FUZZ_WORK/artifacts).
+# the first crash, leak, undefined behaviour (the builds' -fno-sanitize-recover),
+# timeout or out-of-memory (the reproducer is left in $FUZZ_WORK/artifacts).
 #   native/fuzz/campaign.sh                  10 minutes each, all targets
 #   native/fuzz/campaign.sh 60               CI: 60 s each
 #   native/fuzz/campaign.sh 36000 vsock      a long run of one target
@@ -27,6 +27,9 @@ native=()
 for t in "${targets[@]}"; do [[ $t == host_codec ]] || native+=("$t"); done
 bin=$(cd "$here/.." && pwd)/test/out/fuzz  # as the Makefile names it (make matches targets textually)
 work=${FUZZ_WORK:-$bin/work}
+# UBSan's report with the stack that reached it (it prints none by default); options of the
+# caller's own come after, so they win.
+export UBSAN_OPTIONS=print_stacktrace=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}
 (( ${#native[@]} == 0 )) || make -s -C "$here" -j2 $(printf "$bin/%s_libfuzzer " "${native[@]}")
 mkdir -p "$work/artifacts"
 work=$(cd "$work" && pwd)  # absolute: FUZZ_JOBS runs the fuzzers from another directory

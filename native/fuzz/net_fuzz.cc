@@ -8,7 +8,7 @@
 // well-formed header and fit the buffer (checked here).
 //
 // libFuzzer (clang):
-//   clang++ -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -Inative native/fuzz/net_fuzz.cc
+//   clang++ -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -Inative native/fuzz/net_fuzz.cc
 //     native/devices/virtio/net/{net_device,egress_policy,tcp_flows}.cc native/devices/virtio/queue/queue.cc
 //     native/devices/virtio/mmio/transport.cc native/base/guest_memory.cc native/base/event_loop.cc
 //     native/common/error.cc -pthread -o net_fuzz

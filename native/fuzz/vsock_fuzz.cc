@@ -6,12 +6,12 @@
 // guest must be well formed (checked here).
 //
 // libFuzzer (clang):
-//   clang++ -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -Inative
+//   clang++ -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -Inative
 //     native/fuzz/vsock_fuzz.cc native/devices/virtio/vsock/{packet,connection,vsock_device,make_vsock}.cc
 //     native/devices/virtio/queue/queue.cc native/devices/virtio/mmio/transport.cc
 //     native/base/guest_memory.cc native/base/event_loop.cc native/common/error.cc -pthread -o vsock_fuzz
 // Without clang (g++ only), a random-input driver is built in:
-//   g++ -std=c++20 -O1 -fsanitize=address,undefined -DTORPOR_FUZZ_STANDALONE -Inative <same sources> -pthread
+//   g++ -std=c++20 -O1 -fsanitize=address,undefined -fno-sanitize-recover=all -DTORPOR_FUZZ_STANDALONE -Inative <same sources> -pthread
 //   ./vsock_fuzz [iterations] [seed]
 #include <sys/socket.h>
 #include <unistd.h>
