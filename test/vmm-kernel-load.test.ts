@@ -152,6 +152,7 @@ const vmlinux = builtVmlinux();
 const linuxTest = testUnless(
   'vmm-kernel-load (vmlinux)',
   kvmSkipReason() ?? (vmlinux ? null : 'no ELF64 guest kernel built (run `torpor setup`, or set TORPOR_KERNEL)'),
+  'kvm',
 );
 
 linuxTest('the Linux vmlinux: every PT_LOAD segment byte for byte in guest RAM, its bss zero', async () => {

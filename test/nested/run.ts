@@ -287,7 +287,7 @@ async function main(): Promise<number> {
   };
   // Said last, whatever the end (fail() exits through it too): every wedge, every file run again
   // after one, and every stall a BREAK ended. NESTED_REPORT: a file CI's summary reads it from.
-  process.on('exit', () => reportIncidents(run, opts.stalls, maxResumes));
+  process.on('exit', () => reportIncidents(run, command, opts.stalls, maxResumes));
   for (let boot = 1; ; boot++) {
     // A wedge ends a boot, not the suite: while resumes and time are left, a fresh L1 goes on
     // from the file the wedge interrupted (test/nested/suite-state.ts).
@@ -327,11 +327,12 @@ interface BootOptions {
 }
 
 /**
- * The run's incidents, printed last and appended to NESTED_REPORT: the wedges (a boot lost, and
- * the file it interrupted, which the next boot ran again from its start) and the stalls a BREAK
- * ended. Nothing to say: one line saying so, so a summary shows it was looked at.
+ * The run's incidents, printed last when there were any, and always appended to NESTED_REPORT
+ * (CI's summary: a run with none says so, so the summary shows it was looked at): the wedges (a
+ * boot lost, and the file it interrupted, which the next boot ran again from its start) and the
+ * stalls a BREAK ended.
  */
-function reportIncidents(run: string, stalls: string[], maxResumes: number): void {
+function reportIncidents(run: string, command: string, stalls: string[], maxResumes: number): void {
   const wedgeLog = join(run, 'wedges');
   const wedges = existsSync(wedgeLog) ? readFileSync(wedgeLog, 'utf8').split('\n').slice(0, -1) : [];
   const lines = [
@@ -341,8 +342,8 @@ function reportIncidents(run: string, stalls: string[], maxResumes: number): voi
       : 'L1 wedges: none',
     stalls.length ? `L1 stalls ended by a BREAK (no file ran again): ${stalls.length}: ${stalls.join('; ')}` : 'L1 stalls ended by a BREAK: none',
   ];
-  process.stdout.write(`\n${lines.map((l) => `nested: ${l}`).join('\n')}\n`);
-  if (process.env.NESTED_REPORT) appendFileSync(process.env.NESTED_REPORT, lines.join('\n') + '\n');
+  if (wedges.length || stalls.length) process.stdout.write(`\n${lines.map((l) => `nested: ${l}`).join('\n')}\n`);
+  if (process.env.NESTED_REPORT) appendFileSync(process.env.NESTED_REPORT, `${command}\n${lines.map((l) => `  ${l}\n`).join('')}`);
 }
 
 /** QEMU processes running now, killed on Ctrl-C or a CI cancel. */
