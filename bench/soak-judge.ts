@@ -11,6 +11,18 @@
 // captures less often than asked is judged the same. A run shorter than two periods after
 // warm-up cannot be judged.
 //
+// A peak alone misjudges a flat run where few machines are sampled often on a slow host (the
+// nested test host): a sample that catches captures in flight (their snapshot files open, their
+// threads running) stands far above one that does not, so equal periods' peaks of fds ranged
+// 292-432 and of threads 32-42 in a flat nested run of 10 machines (docs/nested.md, "CI on a
+// host without /dev/kvm"). A leak is what stays: it raises the floor of the tooth (the window's
+// lowest sample) as well as its peak, where captures in flight raise only the peak and the
+// warm-up, rising from single-layer chains and an empty heap, only the first floor. So a key
+// fails when both its peak and its floor stood higher at the end than at the start by more
+// than SLACK: the flat hour's floors rose fds 416 -> 468, RSS 125 -> 150, disk 35.8 -> 62 with
+// its peaks flat; the nested run's floors held (fds 108 -> 114, threads 20 -> 20) with its peaks
+// jumping; every leak here (the leaking hour, the leak hook) raised both.
+//
 // How much higher the last peak may stand than the first (SLACK) comes from the flat hour in
 // bench/results/soak-3600.json (20 machines, 2,376 captures, 12.9 merge periods after warm-up),
 // whose first period's peaks were fds 648, threads 74, RSS 141 MiB, disk 84.7 MiB and whose
@@ -82,6 +94,10 @@ export interface Check {
   /** The peak of the last whole merge period. */
   end: number;
   limit: number;
+  /** The floors (lowest samples) of the same two periods, and the floor's limit. */
+  warmFloor: number;
+  endFloor: number;
+  floorLimit: number;
 }
 
 export interface SoakVerdict {
@@ -125,8 +141,13 @@ export function judgeSoak(samples: readonly SoakSample[], machines: number, merg
     const warm = Math.max(...head.map((s) => s[key]));
     const end = Math.max(...tail.map((s) => s[key]));
     const limit = tenths(warm + SLACK[key](warm, machines));
-    verdict.checks[key] = { warm, end, limit };
-    if (end > limit) verdict.failures.push(`${key} grew from ${warm} to ${end} (limit ${limit})`);
+    const warmFloor = Math.min(...head.map((s) => s[key]));
+    const endFloor = Math.min(...tail.map((s) => s[key]));
+    const floorLimit = tenths(warmFloor + SLACK[key](warmFloor, machines));
+    verdict.checks[key] = { warm, end, limit, warmFloor, endFloor, floorLimit };
+    if (end > limit && endFloor > floorLimit) {
+      verdict.failures.push(`${key} grew from ${warm} to ${end} (limit ${limit}), its floor from ${warmFloor} to ${endFloor} (limit ${floorLimit})`);
+    }
   }
   return verdict;
 }

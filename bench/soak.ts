@@ -259,8 +259,8 @@ async function main() {
   const last = samples[samples.length - 1]!;
   const diskPerCapture = last.captures ? last.diskMiB / last.captures : 0;
   console.log(
-    `flatness (peak of the first and of the last merge period, ${period} captures each, limit): ${Object.entries(checks)
-      .map(([k, v]) => `${k} ${v.warm} -> ${v.end} (<= ${v.limit})`)
+    `flatness (peak and floor of the first and of the last merge period, ${period} captures each, limit; a leak raises both): ${Object.entries(checks)
+      .map(([k, v]) => `${k} ${v.warm} -> ${v.end} (<= ${v.limit}), floor ${v.warmFloor} -> ${v.endFloor} (<= ${v.floorLimit})`)
       .join(', ')}; ${last.captures} captures, disk at the end ${last.diskMiB} MiB (all of the soak's files)`,
   );
   const out = {
