@@ -7,7 +7,7 @@
 # the first crash, leak, undefined behaviour (the builds' -fno-sanitize-recover),
 # timeout or out-of-memory (the reproducer is left in $FUZZ_WORK/artifacts).
 #   native/fuzz/campaign.sh                  10 minutes each, all targets
-#   native/fuzz/campaign.sh 60               CI: 60 s each
+#   native/fuzz/campaign.sh 45               CI: 45 s each
 #   native/fuzz/campaign.sh 36000 vsock      a long run of one target
 #   FUZZ_RUNS=100000000 native/fuzz/campaign.sh 10800 vsock
 #                                            stop at 10^8 inputs (or at 3 h, whichever comes first)

@@ -343,7 +343,10 @@ function reportIncidents(run: string, command: string, stalls: string[], maxResu
     stalls.length ? `L1 stalls ended by a BREAK (no file ran again): ${stalls.length}: ${stalls.join('; ')}` : 'L1 stalls ended by a BREAK: none',
   ];
   if (wedges.length || stalls.length) process.stdout.write(`\n${lines.map((l) => `nested: ${l}`).join('\n')}\n`);
-  if (process.env.NESTED_REPORT) appendFileSync(process.env.NESTED_REPORT, `${command}\n${lines.map((l) => `  ${l}\n`).join('')}`);
+  // Which run this was: the suite's command is the same for a part of it or the hang check.
+  const part = process.env.NESTED_SUITE_FILES ? ` (NESTED_SUITE_FILES=${process.env.NESTED_SUITE_FILES})` : '';
+  const hook = process.env.TORPOR_TEST_STOP_VCPUS === '1' ? ' (guests hung on purpose: the hang check)' : '';
+  if (process.env.NESTED_REPORT) appendFileSync(process.env.NESTED_REPORT, `${command}${part}${hook}\n${lines.map((l) => `  ${l}\n`).join('')}`);
 }
 
 /** QEMU processes running now, killed on Ctrl-C or a CI cancel. */
