@@ -30,6 +30,7 @@ import {
   type OnTimeout,
   type SandboxMeta,
 } from '../store/sandbox-dir.js';
+import { checkKernelFile } from '../setup/kernel-format.js';
 import { Machine } from '../vm/machine.js';
 import { type NetworkOptions, type ResolvedNetwork, resolveNetwork } from '../net/options.js';
 import { SandboxNetwork } from '../net/sandbox-network.js';
@@ -148,15 +149,6 @@ function validateConnect(opts: ConnectOpts): void {
   if (opts.onResume !== undefined && opts.onResume !== 'restore' && opts.onResume !== 'reboot') fail('opts.onResume', "'restore' or 'reboot'", opts.onResume);
   checkInt('opts.restoreTimeoutMs', opts.restoreTimeoutMs, 1, 2 ** 31 - 1);
   checkInt('opts.bootTimeoutMs', opts.bootTimeoutMs, 1, 2 ** 31 - 1);
-}
-
-/** KERNEL_INVALID unless `path` names a regular, non-empty file (its contents are checked later). */
-async function checkKernelFile(path: string): Promise<void> {
-  const st = await stat(path).catch((err: Error) => {
-    throw new TorporError('KERNEL_INVALID', `cannot read kernel ${path}: ${err.message}`, { cause: err });
-  });
-  if (!st.isFile()) throw new TorporError('KERNEL_INVALID', `${path} is not a kernel: not a regular file`);
-  if (st.size === 0) throw new TorporError('KERNEL_INVALID', `${path} is not a kernel: the file is empty`);
 }
 
 /** Whether this host can boot a Linux guest, and if not, exactly why and what to do. */

@@ -3,8 +3,8 @@
 //   - vmlinux ELF64 x86-64 without it (64-bit boot protocol at the ELF entry),
 //   - bzImage with boot protocol >= 2.12 and XLF_KERNEL_64.
 // Anything else is refused with KERNEL_INVALID before a machine tries to boot it.
-import { constants } from 'node:fs';
-import { open } from 'node:fs/promises';
+import { type Stats, constants } from 'node:fs';
+import { open, stat } from 'node:fs/promises';
 
 import { TorporError } from '../errors.js';
 
@@ -182,6 +182,24 @@ function classifyBytes(buf: Buffer, size: number, path: string): KernelInfo {
   throw invalid(path, 'neither an ELF file nor a bzImage');
 }
 
+/** KERNEL_INVALID unless the file `st` describes is a regular, non-empty one. */
+function checkKernelStat(path: string, st: Stats): void {
+  if (!st.isFile()) throw invalid(path, 'not a regular file');
+  if (st.size === 0) throw invalid(path, 'the file is empty');
+}
+
+/** What a path given as a kernel must be before anything else is asked (Sandbox.create checks it
+ *  ahead of the host): there, a regular file, not empty. Its contents: inspectKernel. */
+export async function checkKernelFile(path: string): Promise<void> {
+  let st;
+  try {
+    st = await stat(path);
+  } catch (err) {
+    throw new TorporError('KERNEL_INVALID', `cannot read kernel ${path}: ${(err as Error).message}`, { cause: err });
+  }
+  checkKernelStat(path, st);
+}
+
 /** Reads and classifies a kernel file; KERNEL_INVALID when it is not one we can boot. */
 export async function inspectKernel(path: string): Promise<KernelInfo> {
   let fh;
@@ -193,9 +211,8 @@ export async function inspectKernel(path: string): Promise<KernelInfo> {
   }
   try {
     const st = await fh.stat();
-    if (!st.isFile()) throw invalid(path, 'not a regular file');
+    checkKernelStat(path, st);
     const size = st.size;
-    if (size === 0) throw invalid(path, 'the file is empty');
     if (size > READ_LIMIT) {
       throw invalid(path, `${size} bytes, more than the ${READ_LIMIT >> 20} MiB torpor reads (a vmlinux with debug info? strip it: objcopy --strip-debug)`);
     }
