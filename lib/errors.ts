@@ -18,6 +18,15 @@ export type ErrorCode =
   | 'OUTPUT_LOST'
   | 'OUTPUT_LIMIT'
   | 'TEMPLATE_CHANGED'
+  | 'TEMPLATE_IN_USE'
+  | 'TEMPLATE_BUILD_FAILED'
+  // Container images (lib/image): each names the image, the registry or the blob.
+  | 'IMAGE_NOT_FOUND'
+  | 'IMAGE_PLATFORM'
+  | 'IMAGE_INVALID'
+  | 'REGISTRY_AUTH'
+  | 'REGISTRY_UNREACHABLE'
+  | 'BLOB_CORRUPT'
   // Lower-level codes from the native core and the setup tooling.
   | 'IO_ERROR'
   | 'GUEST_MEMORY'
