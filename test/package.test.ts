@@ -4,9 +4,11 @@
 // empty project with no compiler on PATH, it imports and `npx torpor doctor` runs.
 //
 // Size bound (written down here and in the README, *The package*): the tarball at most 1.5 MiB, 4 MiB
-// unpacked, 400 files. Measured: 0.8 MB packed, 2.3 MB unpacked, 300 files (dist/ and the
+// unpacked, 500 files. Measured: 0.8 MB packed, 2.3 MB unpacked, 300 files (dist/ and the
 // stripped prebuilds/linux-x64/torpor.node, 1 MB, included); before, `"files"` shipped native/
-// whole (unit-test and fuzz binaries, object files): 34 MB, 715 files.
+// whole (unit-test and fuzz binaries, object files): 34 MB, 715 files. lib/image/'s ten modules
+// (three files each in dist/) took it to 418 files, so the file bound went from 400 to 500: it
+// is there to catch build output or tests shipping, which add hundreds, not a few modules.
 import { execFileSync, spawnSync } from 'node:child_process';
 import { copyFileSync, existsSync, mkdirSync, renameSync } from 'node:fs';
 import { mkdir, mkdtemp, rm, symlink, writeFile } from 'node:fs/promises';
@@ -19,7 +21,7 @@ import { packageRoot } from '../lib/setup/paths.js';
 
 const MAX_PACKED = 1.5 * 1024 * 1024;
 const MAX_UNPACKED = 4 * 1024 * 1024;
-const MAX_FILES = 400;
+const MAX_FILES = 500;
 
 const prebuilt = join(packageRoot, 'prebuilds', 'linux-x64', 'torpor.node');
 const built = join(packageRoot, 'dist', 'index.js');
