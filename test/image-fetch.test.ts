@@ -44,7 +44,8 @@ import {
 
 const FILE = 'image-fetch';
 const registryTest = testUnless(FILE, needsPrograms('docker-registry'), 'tools');
-const authTest = testUnless(FILE, needsPrograms('docker-registry', 'htpasswd', 'openssl'), 'tools');
+const basicAuthTest = testUnless(FILE, needsPrograms('docker-registry', 'htpasswd'), 'tools');
+const tokenAuthTest = testUnless(FILE, needsPrograms('docker-registry', 'openssl'), 'tools');
 const skopeoTest = testUnless(FILE, needsPrograms('docker-registry', 'skopeo'), 'tools');
 
 const work = mkdtempSync(join(tmpdir(), 'torpor-image-fetch-'));
@@ -301,6 +302,17 @@ registryTest('an interrupted download resumes with a Range request; a second pul
   assert.equal(proxy.log.filter((r) => r.path.includes('/blobs/')), [], 'no blob requests on the second pull');
   assert.ok(events.some((e) => e.phase === 'download' && e.digest === layer.digest && e.cached));
 
+  // A registry that answers the range request with the whole blob (200): the download starts over.
+  const noRanges = await newHome();
+  await mkdir(blobDir(noRanges), { recursive: true });
+  await writeFile(join(blobDir(noRanges), `${layer.digest.slice(7)}.partial`), layer.bytes.subarray(0, half));
+  proxy.log.length = 0;
+  proxy.ignoreRange.on = true;
+  await checkLayers(await pullImage(ref, { home: noRanges, env: noCreds }), img);
+  proxy.ignoreRange.on = false;
+  const whole = proxy.log.filter((r) => r.path.endsWith(`/blobs/${layer.digest}`));
+  assert.equal(whole.map((r) => [r.range, r.status]), [[`bytes=${half}-`, 200]]);
+
   // A partial that is not a prefix of the blob (a different blob's bytes) fails its check and is
   // removed; the retry after it starts clean.
   const other = await newHome();
@@ -397,7 +409,7 @@ console.log(JSON.stringify({ ms: performance.now() - t, digest: p.layers[0].dige
 
 // ---- authentication -------------------------------------------------------------------------
 
-authTest('htpasswd registry: credentials from DOCKER_CONFIG pull; a wrong password or none is REGISTRY_AUTH', async () => {
+basicAuthTest('htpasswd registry: credentials from DOCKER_CONFIG pull; a wrong password or none is REGISTRY_AUTH', async () => {
   const dir = join(work, 'basic-registry');
   await mkdir(dir, { recursive: true });
   makeHtpasswd(join(dir, 'htpasswd'), 'alice', 'wonderland');
@@ -419,7 +431,7 @@ authTest('htpasswd registry: credentials from DOCKER_CONFIG pull; a wrong passwo
   assert.match(none.message, reg.host);
 });
 
-authTest('token registry: a Bearer token from the realm with credentials, anonymous pull where granted, a wrong password is REGISTRY_AUTH', async () => {
+tokenAuthTest('token registry: a Bearer token from the realm with credentials, anonymous pull where granted, a wrong password is REGISTRY_AUTH', async () => {
   const dir = join(work, 'token-registry');
   await mkdir(dir, { recursive: true });
   const { key, cert } = makeCertificate(dir);

@@ -247,13 +247,19 @@ export interface ProxyRecord {
  * `cut`: the next whole-blob GET of that digest is cut off (the socket destroyed) after that
  * many bytes of body, as a dropped connection would leave it.
  */
-export async function startProxy(target: string): Promise<{ host: string; log: ProxyRecord[]; cut: { digest?: string; after?: number }; stop(): Promise<void> }> {
+export async function startProxy(
+  target: string,
+): Promise<{ host: string; log: ProxyRecord[]; cut: { digest?: string; after?: number }; ignoreRange: { on: boolean }; stop(): Promise<void> }> {
   const log: ProxyRecord[] = [];
   const cut: { digest?: string; after?: number } = {};
+  // A server that does not do ranges: the Range header is dropped, so the answer is a 200.
+  const ignoreRange = { on: false };
   const [thost, tport] = target.split(':');
   const server = createServer((req, res) => {
+    const headers = { ...req.headers, host: target };
+    if (ignoreRange.on) delete headers.range;
     const upstream = httpRequest(
-      { host: thost, port: Number(tport), method: req.method, path: req.url, headers: { ...req.headers, host: target } },
+      { host: thost, port: Number(tport), method: req.method, path: req.url, headers },
       (up: IncomingMessage) => {
         const rec: ProxyRecord = { method: req.method!, path: req.url!, status: up.statusCode! };
         if (req.headers.range) rec.range = req.headers.range;
@@ -282,7 +288,7 @@ export async function startProxy(target: string): Promise<{ host: string; log: P
     req.pipe(upstream);
   });
   const port = await listen(server);
-  return { host: `127.0.0.1:${port}`, log, cut, stop: () => closeServer(server) };
+  return { host: `127.0.0.1:${port}`, log, cut, ignoreRange, stop: () => closeServer(server) };
 }
 
 // ---- the token server -------------------------------------------------------------------------

@@ -256,14 +256,15 @@ export class BlobStore {
     const { digest, size, image } = d;
     let hash = createHash('sha256');
     let offset = await hashFile(file, hash);
-    if (offset > size) {
+    if (offset === size && `sha256:${hash.copy().digest('hex')}` === digest) return; // finished, not yet renamed
+    if (offset >= size) {
       hash = createHash('sha256');
       offset = 0;
     }
     const fh = await open(file, 'r+');
     try {
       await fh.truncate(offset);
-      let res = offset > 0 && offset < size ? await d.open(offset) : await d.open(0);
+      let res = await d.open(offset);
       if (offset > 0 && res.status !== 206) {
         // The server ignored the range (200) or refused it (416): start over from byte 0.
         if (res.status !== 200) {
