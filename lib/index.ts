@@ -2,6 +2,9 @@
 export * from './errors.js';
 // Sandboxes and the agent API (lib/sandbox, lib/agent).
 export { Sandbox, linuxGuestSupport, type SandboxOpts, type ConnectOpts, type PauseResult, type SandboxInfo, type SandboxState, type ListOpts } from './sandbox/sandbox.js';
+export { Template, type TemplateInfo, type TemplateBuildOpts, type TemplateBuildProgress, type TemplateStep, type TemplateFrom } from './template/template.js';
+export type { Resources, ResourcesOpts } from './template/resources.js';
+export type { ImageConfig, ImageProgress } from './image/types.js';
 export { IllegalTransitionError } from './sandbox/lifecycle.js';
 export type { NetworkOptions } from './net/options.js';
 export { Commands, CommandHandle, type CommandResult, type CommandStartOpts, type CommandConnectOpts, type ProcessInfo } from './sandbox/commands.js';

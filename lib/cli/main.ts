@@ -1,7 +1,8 @@
-// `torpor` command line: setup, doctor, help.
+// `torpor` command line: setup, template, doctor, help.
 import { TorporError } from '../errors.js';
 import { runDoctor } from './doctor.js';
 import { runSetup } from './setup.js';
+import { runTemplate } from './template.js';
 
 export const USAGE = `usage: torpor <command> [options]
 
@@ -19,6 +20,18 @@ commands:
                      deps/debian-packages.txt (apt-get update, apt-get install;
                      through sudo when not root), then build
       --dry-run      with --install-deps: print the apt-get commands, run nothing
+  template build --name NAME [--image REF | --oci-layout DIR | --docker-archive FILE | --from TEMPLATE]
+                 [--run CMD]... [--env KEY=VALUE]... [--workdir DIR] [--user USER]
+                 [--cpu N] [--memory-mb N] [--disk-mb N] [--json]
+      Build a template: from a container image (pulled from its registry; docker's
+      config.json credentials apply), an OCI layout, a docker save archive, 'base'
+      (default) or another template; each --run runs in it, in order; the result
+      (memory and disk) is what its sandboxes start from.
+  template ls [--json]
+      The templates: yours, then the automatic ones.
+  template rm NAME [--force]
+      Remove a template (refused while sandboxes use it, unless --force: its
+      files then stay until nothing uses them).
   doctor
       Report what this host offers: /dev/kvm, KVM capabilities, hardware or PVM.
   --help
@@ -38,6 +51,8 @@ export async function main(argv: string[]): Promise<number> {
         return await runSetup(rest);
       case 'doctor':
         return await runDoctor(rest);
+      case 'template':
+        return await runTemplate(rest);
       case undefined:
         // A usage error: the text goes where errors go, so `torpor | less` users still see it and scripts see 2.
         process.stderr.write(USAGE);

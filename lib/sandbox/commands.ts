@@ -132,6 +132,12 @@ const STDIN_CHUNK = 64 * 1024;
 /** Settings every command of a sandbox inherits (a command's own options win). */
 export interface CommandDefaults {
   envs?: Record<string, string>;
+  /** A template's user (an image's `User`): by name, or by number when the image gives one. */
+  user?: string;
+  uid?: number;
+  gid?: number;
+  /** A template's working directory (an image's `WorkingDir`). */
+  cwd?: string;
 }
 
 export class Commands implements ProcessControl {
@@ -386,6 +392,14 @@ export class Commands implements ProcessControl {
     }
     // The sandbox's envs reach every process it starts, commands and ptys alike.
     if (this.defaults.envs) request = { ...request, envs: { ...this.defaults.envs, ...(request.envs ?? {}) } };
+    // The template's user and directory, unless the command names its own user (whose home is
+    // then its directory, as for any user) or directory.
+    const d = this.defaults;
+    if (request.user === undefined && request.uid === undefined) {
+      if (d.user !== undefined) request = { ...request, user: d.user };
+      else if (d.uid !== undefined) request = { ...request, uid: d.uid, ...(d.gid !== undefined ? { gid: d.gid } : {}) };
+      if (request.cwd === undefined && d.cwd) request = { ...request, cwd: d.cwd };
+    }
     // A pty (raw) keeps no output: its bytes go to onData only.
     let session: ExecSession | undefined;
     const output = this.limitedOutput(opts.raw === undefined, opts.maxBuffer, () => session);

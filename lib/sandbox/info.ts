@@ -11,7 +11,11 @@ export interface SandboxInfo {
   createdFrom?: CreatedFrom;
   bootReason?: string;
   metadata: Record<string, string>;
+  /** The machine's size (the one spelling getInfo reports; cpuCount and memoryMiB repeat it for older callers). */
+  resources: { cpu: number; memoryMb: number; diskMb: number };
+  /** Same as resources.cpu (kept for older callers). */
   cpuCount: number;
+  /** Same as resources.memoryMb (kept for older callers). */
   memoryMiB: number;
   createdAt: Date;
   pausedAt?: Date;
@@ -37,6 +41,7 @@ export function infoOf(meta: SandboxMeta, state: SandboxState, ownerPid: number 
     state,
     template: meta.template,
     metadata: { ...meta.metadata },
+    resources: { cpu: meta.vcpus, memoryMb: meta.memoryMiB, diskMb: meta.diskMb ?? 0 },
     cpuCount: meta.vcpus,
     memoryMiB: meta.memoryMiB,
     createdAt: new Date(meta.createdAt),

@@ -42,28 +42,38 @@ import { Lifecycle, SANDBOX_STATES, isSandboxState, type SandboxState } from './
 import { installSignalHandlers, registerRunning, unregisterRunning } from './process-exit.js';
 import { GUEST_CID, awaitBootedAgent, awaitRestoredAgent, guestMachineOptions } from './readiness.js';
 import { resume, type ConnectOpts, type Running } from './resume.js';
-import { startFromTemplate, type Started } from './template-start.js';
+import { restoreInto, startFromTemplate, type Started } from './template-start.js';
 import type { TemplateInputs } from './template.js';
 export type { ConnectOpts } from './resume.js';
 export type { SandboxInfo } from './info.js';
 export { GUEST_CID };
 export type { SandboxState } from './lifecycle.js';
-import type { Commands } from './commands.js';
+import type { CommandDefaults, Commands } from './commands.js';
 import type { Files } from './files.js';
 import type { Pty } from './pty.js';
 import { checkEnvs, checkInt, checkKnownKeys, checkObject, checkString, fail } from './validate.js';
+import { readTemplateRecord, type TemplateRecord } from '../template/record.js';
+import { checkResources, mergeResourceAliases, DEFAULT_CPU, DEFAULT_MEMORY_MB, type ResourcesOpts } from '../template/resources.js';
+import { parseImageUser } from '../template/user.js';
 
 export interface SandboxOpts {
   /**
-   * Template name; only the built-in 'base' exists so far. The sandbox continues from the warm
-   * template for its settings (kernel, root filesystem, command line, vCPUs, memory, network
+   * Template name: 'base' (default), or one made with Template.build (docs/templates.md). The
+   * sandbox continues from the warm template for its settings (kernel, root filesystem, command line, vCPUs, memory, network
    * device or not), which the first create with those settings boots and captures once
    * (docs/sandbox-lifecycle.md, "Templates"). false: boot the guest instead (a cold boot).
    */
   template?: string | false;
-  /** Default 2. */
+  /**
+   * The machine's size: vCPUs, RAM (MiB) and root disk (MiB). Default: the template's (2 vCPUs,
+   * 512 MiB for 'base'). A sandbox with a template's size continues the template's machine; another
+   * cpu or memoryMb boots the template's disk instead. diskMb larger than the template's is refused
+   * (build the template with that diskMb).
+   */
+  resources?: ResourcesOpts;
+  /** Alias of resources.cpu. */
   vcpus?: number;
-  /** Default 512. */
+  /** Alias of resources.memoryMb. */
   memoryMiB?: number;
   /** Environment every command of this sandbox gets (a command's own envs win). */
   envs?: Record<string, string>;
@@ -112,10 +122,10 @@ export interface ListOpts {
 
 export const GUEST_CMDLINE =
   'console=ttyS0 reboot=k panic=1 pci=off nomodule 8250.nr_uarts=1 i8042.noaux i8042.nomux i8042.dumbkbd ' +
-  'acpi=off root=/dev/vda rw init=/usr/sbin/torpor-agent quiet';
+  'acpi=off root=/dev/vda rw rootflags=noinit_itable init=/usr/sbin/torpor-agent quiet';
 export { AGENT_KNOCK_PORT, AGENT_VSOCK_PORT, awaitBootedAgent, awaitRestoredAgent } from './readiness.js';
 
-const OPT_KEYS = ['template', 'vcpus', 'memoryMiB', 'envs', 'metadata', 'boot', 'timeoutMs', 'lifecycle', 'network'] as const;
+const OPT_KEYS = ['template', 'resources', 'vcpus', 'memoryMiB', 'envs', 'metadata', 'boot', 'timeoutMs', 'lifecycle', 'network'] as const;
 /** How long the guest has to answer SYNC before a pause captures without it. */
 const SYNC_TIMEOUT_MS = 10_000;
 /** How long the capture of an ending process waits for the vCPUs to park. */
@@ -125,6 +135,7 @@ function validate(opts: SandboxOpts): void {
   checkObject('opts', opts);
   checkKnownKeys('opts', opts, OPT_KEYS);
   if (opts.template !== false) checkString('opts.template', opts.template, { nonEmpty: true });
+  checkResources('opts.resources', opts.resources);
   checkInt('opts.vcpus', opts.vcpus, 1, 64);
   checkInt('opts.memoryMiB', opts.memoryMiB, 64, 256 * 1024);
   checkEnvs('opts.envs', opts.envs);
@@ -208,7 +219,7 @@ export class Sandbox implements AsyncDisposable {
     this.#meta = meta;
     this.#run = run;
     this.#life = new Lifecycle('running', `sandbox ${dir.id}`);
-    const api = createAgentApi(() => this.client, Object.keys(meta.envs).length ? { envs: meta.envs } : {});
+    const api = createAgentApi(() => this.client, commandDefaultsOf(meta));
     this.commands = api.commands;
     this.files = api.files;
     this.pty = api.pty;
@@ -319,8 +330,10 @@ export class Sandbox implements AsyncDisposable {
     validate(opts);
     const useTemplate = opts.template !== false;
     const template = typeof opts.template === 'string' ? opts.template : 'base';
-    if (template !== 'base') {
-      throw new TemplateNotFoundError(`no template named ${JSON.stringify(template)}; only 'base' exists so far`);
+    const sizes = mergeResourceAliases(opts.resources, opts.vcpus, opts.memoryMiB);
+    const user: TemplateRecord | null = template === 'base' ? null : await readTemplateRecord(template);
+    if (template !== 'base' && !user) {
+      throw new TemplateNotFoundError(`no template named ${JSON.stringify(template)}: 'base', or one built with Template.build (Template.list() names them)`);
     }
     // The order of refusals: the caller's options first (above, and a supplied kernel that is no
     // regular file), then the host (KVM_UNAVAILABLE), then the kernel's contents, read and
@@ -335,6 +348,10 @@ export class Sandbox implements AsyncDisposable {
       throw new KvmUnavailableError(`cannot start a Linux sandbox on this host: ${artifacts.notes.join(' ')}`);
     }
 
+    const diskMb = user?.resources.diskMb ?? Math.floor((await stat(artifacts.rootfs)).size / 1048576);
+    if (sizes.diskMb !== undefined && sizes.diskMb > diskMb) {
+      fail('opts.resources.diskMb', `at most template ${template}'s disk (${diskMb} MiB); build a template with resources.diskMb for more`, sizes.diskMb);
+    }
     const dir = new SandboxDir(newSandboxId());
     const netOpts = resolveNetwork('opts.network', opts.network);
     const netMachine = netOpts ? SandboxNetwork.machineOptions(dir.id) : undefined;
@@ -342,13 +359,15 @@ export class Sandbox implements AsyncDisposable {
       id: dir.id,
       template,
       createdAt: new Date().toISOString(),
-      vcpus: opts.vcpus ?? 2,
-      memoryMiB: opts.memoryMiB ?? 512,
+      vcpus: sizes.cpu ?? user?.resources.cpu ?? DEFAULT_CPU,
+      memoryMiB: sizes.memoryMb ?? user?.resources.memoryMb ?? DEFAULT_MEMORY_MB,
       metadata: opts.metadata ?? {},
-      envs: opts.envs ?? {},
+      envs: { ...(user?.defaults.envs ?? {}), ...(opts.envs ?? {}) },
       kernel: artifacts.kernel,
-      rootfs: artifacts.rootfs,
+      rootfs: user?.build.rootfs ?? artifacts.rootfs,
       cmdline: [GUEST_CMDLINE, opts.boot?.cmdlineExtra, netMachine?.cmdline].filter(Boolean).join(' '),
+      diskMb,
+      ...(user ? { defaults: { user: user.defaults.user, cwd: user.defaults.cwd }, templateLayers: user.build.diskLayers } : {}),
       ownerPid: process.pid,
       state: 'starting',
       ...(opts.timeoutMs ? { timeoutMs: opts.timeoutMs, onTimeout: opts.lifecycle?.onTimeout ?? 'kill' } : {}),
@@ -376,7 +395,11 @@ export class Sandbox implements AsyncDisposable {
       lock = taken.lock;
       await dir.writeMeta(meta);
       let bootReason = "template: false";
-      if (useTemplate) {
+      if (useTemplate && user) {
+        const r = await startFromUserTemplate(user, meta, dir, netOpts, bootMs);
+        if ('started' in r) started = r.started;
+        else bootReason = r.reason;
+      } else if (useTemplate) {
         const r = await startFromTemplate(inputs, dir, netOpts, { bootMs, agentMs: bootMs });
         if ('started' in r) started = r.started;
         else bootReason = r.reason;
@@ -772,7 +795,11 @@ async function bootMachine(
   try {
     // Built on the thread pool: the kernel file and KVM's VM setup never block the JS thread.
     machine = await Machine.build(
-      guestMachineOptions(meta, { base: meta.rootfs, overlay: dir.firstOverlay }, { consoleLog: dir.consoleLog, ...(net ? { net } : {}) }),
+      guestMachineOptions(
+        meta,
+        { base: meta.rootfs, overlay: dir.firstOverlay, ...(meta.templateLayers?.length ? { frozen: meta.templateLayers } : {}) },
+        { consoleLog: dir.consoleLog, ...(net ? { net } : {}) },
+      ),
     );
     if (netReady) {
       network = await netReady;
@@ -782,12 +809,45 @@ async function bootMachine(
     client = await awaitBootedAgent(machine, bootMs);
     // The forwarded ports were being bound while the guest booted; getHost is good from here.
     await network?.ready();
-    return { machine, client, diskLayers: [], ...(network ? { network } : {}) };
+    return { machine, client, diskLayers: [...(meta.templateLayers ?? [])], ...(network ? { network } : {}) };
   } catch (err) {
     await client?.close().catch(() => undefined);
     await machine?.stop().catch(() => undefined);
     await (network ?? (await netReady?.catch(() => undefined)))?.stop().catch(() => undefined);
     throw err;
+  }
+}
+
+/** The defaults every command of a sandbox gets: its envs, and its template's user and directory. */
+function commandDefaultsOf(meta: SandboxMeta): CommandDefaults {
+  return {
+    ...(Object.keys(meta.envs).length ? { envs: meta.envs } : {}),
+    ...(meta.defaults?.user ? parseImageUser(meta.defaults.user) : {}),
+    ...(meta.defaults?.cwd ? { cwd: meta.defaults.cwd } : {}),
+  };
+}
+
+/**
+ * A sandbox from a user template: its build restored when the sandbox has the template's machine
+ * (vCPUs, memory, a network device or none), else `{ reason }`: boot the template's disk.
+ */
+async function startFromUserTemplate(
+  t: TemplateRecord,
+  meta: SandboxMeta,
+  dir: SandboxDir,
+  netOpts: ResolvedNetwork | false,
+  bootMs: number,
+): Promise<{ started: Started } | { reason: string }> {
+  const differs: string[] = [];
+  if (meta.vcpus !== t.resources.cpu) differs.push(`cpu ${meta.vcpus} (template: ${t.resources.cpu})`);
+  if (meta.memoryMiB !== t.resources.memoryMb) differs.push(`memoryMb ${meta.memoryMiB} (template: ${t.resources.memoryMb})`);
+  if ((netOpts !== false) !== t.build.net) differs.push(netOpts === false ? 'no network device (the template has one)' : 'a network device (the template has none)');
+  if (differs.length) return { reason: `the sandbox's machine differs from template ${t.name}'s: ${differs.join(', ')}; its disk boots instead` };
+  const build = { name: t.name, key: '', dir: t.build.dir, diskLayers: [...t.build.diskLayers], mac: t.build.mac };
+  try {
+    return { started: await restoreInto(build, dir, netOpts, bootMs) };
+  } catch (err) {
+    return { reason: `template ${t.name} did not restore: ${err instanceof TorporError ? `${err.code}: ${err.message.split('\n')[0]}` : String(err)}` };
   }
 }
 
@@ -825,7 +885,7 @@ async function stampsOf(paths: string[]): Promise<Array<[string, string]>> {
   return Promise.all(paths.map(async (path): Promise<[string, string]> => [path, await fileStamp(path)]));
 }
 
-async function sharedArtifacts(kernel: string | undefined): Promise<Resolved> {
+export async function sharedArtifacts(kernel: string | undefined): Promise<Resolved> {
   const home = torporHome();
   const supplied = kernel ?? process.env.TORPOR_KERNEL;
   const key = `${home}\0${supplied ?? ''}`;

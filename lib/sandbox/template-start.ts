@@ -33,7 +33,7 @@ function reasonOf(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
 }
 
-async function restoreInto(template: TemplateBuild, dir: SandboxDir, network: ResolvedNetwork | false, agentTimeoutMs: number): Promise<Started> {
+export async function restoreInto(template: TemplateBuild, dir: SandboxDir, network: ResolvedNetwork | false, agentTimeoutMs: number): Promise<Started> {
   const netReady = network ? SandboxNetwork.prepare(network) : undefined;
   netReady?.catch(() => undefined);
   let machine: Machine | undefined;

@@ -127,7 +127,7 @@ async function readBuild(root: string, name: string, key: string): Promise<Templ
 }
 
 /** Files of a finished build: read-only for everyone (a sign; the loader checks them anyway). */
-async function freeze(dir: string): Promise<void> {
+export async function freeze(dir: string): Promise<void> {
   for (const entry of await readdir(dir, { withFileTypes: true })) {
     const p = join(dir, entry.name);
     if (entry.isDirectory()) await freeze(p);

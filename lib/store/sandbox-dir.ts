@@ -69,6 +69,12 @@ export interface SandboxMeta {
   network?: ResolvedNetwork;
   /** The host ports (127.0.0.1) its last run forwarded, by guest port: a resume asks for them again. */
   hostPorts?: Record<string, number>;
+  /** Size of the root disk in MiB (absent in sandboxes made before it was recorded). */
+  diskMb?: number;
+  /** A user template's command defaults: its user ('' the agent's default; a name or 'uid[:gid]') and directory. */
+  defaults?: { user: string; cwd: string };
+  /** A user template's disk layers (absolute, oldest first): a boot of its disk puts them under the sandbox's top. */
+  templateLayers?: string[];
 }
 
 const ID_PATTERN = /^sbx_[0-9a-f]{16}$/;
@@ -131,6 +137,12 @@ export function parseMeta(text: string, path: string, templatesRoot?: string): S
     throw badMeta(path, 'lostInterval is malformed');
   }
   if (m.network !== undefined && !isNetwork(m.network)) throw badMeta(path, 'network is malformed');
+  if (m.diskMb !== undefined && !isPosInt(m.diskMb)) throw badMeta(path, 'diskMb is malformed');
+  const d = m.defaults as { user?: unknown; cwd?: unknown } | undefined;
+  if (d !== undefined && (typeof d !== 'object' || d === null || !isStr(d.user) || !isStr(d.cwd))) throw badMeta(path, 'defaults is malformed');
+  if (m.templateLayers !== undefined) {
+    if (!Array.isArray(m.templateLayers) || !m.templateLayers.every((p) => isStr(p) && isTemplateLayer(p, templatesRoot))) throw badMeta(path, "templateLayers must be a template's layers");
+  }
   if (m.hostPorts !== undefined) {
     const hp = m.hostPorts as Record<string, unknown>;
     if (typeof hp !== 'object' || hp === null || Array.isArray(hp) || !Object.entries(hp).every(([k, v]) => isPort(Number(k)) && String(Number(k)) === k && isPort(v))) {

@@ -1,0 +1,184 @@
+// Template: build, list, get and remove templates (docs/templates.md). User templates are
+// records under templates/<name>/ (record.ts); the automatic ones (the base's and each image's
+// warm template, one per machine size) are listed beside them with their settings.
+import { readdir, readFile, rm, stat } from 'node:fs/promises';
+import { join } from 'node:path';
+
+import { TemplateNotFoundError, TorporError } from '../errors.js';
+import type { ImageConfig } from '../image/types.js';
+import { checkBool, checkKnownKeys, checkObject, checkString } from '../sandbox/validate.js';
+import { checkTemplateName } from '../sandbox/template.js';
+import { homeLayout, torporHome } from '../store/home.js';
+import { SandboxDir, sandboxIds } from '../store/sandbox-dir.js';
+import { buildTemplate, type TemplateBuildOpts } from './build.js';
+import { isReservedTemplateName, readTemplateRecord, userTemplateDir, userTemplateNames, type TemplateFrom, type TemplateRecord } from './record.js';
+import type { Resources } from './resources.js';
+
+export type { TemplateBuildOpts, TemplateBuildProgress } from './build.js';
+export type { TemplateStep } from './steps.js';
+export type { TemplateFrom } from './record.js';
+
+export interface TemplateInfo {
+  name: string;
+  /** 'user': built with Template.build; 'automatic': a warm template torpor made by itself. */
+  kind: 'user' | 'automatic';
+  from?: TemplateFrom;
+  /** What it was built on ('base', a template's name, or an image's automatic template). */
+  parent?: string;
+  createdAt: Date;
+  resources: Resources;
+  /** What every command of its sandboxes gets unless it says otherwise. */
+  env: Record<string, string>;
+  workdir: string;
+  /** '' : the agent's default user (`user` in the base image, else root). */
+  user: string;
+  /** The image it came from: its digests, and Entrypoint / Cmd (recorded, never run by torpor). */
+  image?: { source: string; manifestDigest: string; configDigest: string; entrypoint: string[]; cmd: string[]; config: ImageConfig };
+  steps?: number;
+  /** Time the build took, by phase (ms: pull, unpack, boot, restore, steps, capture, total). */
+  timings?: Record<string, number>;
+  /** Sandboxes (and templates) that use its memory or disk. */
+  dependents: string[];
+}
+
+function infoOfRecord(r: TemplateRecord, dependents: string[]): TemplateInfo {
+  return {
+    name: r.name,
+    kind: 'user',
+    from: r.from,
+    parent: r.parent,
+    createdAt: new Date(r.createdAt),
+    resources: { ...r.resources },
+    env: { ...r.defaults.envs },
+    workdir: r.defaults.cwd,
+    user: r.defaults.user,
+    ...(r.image ? { image: r.image } : {}),
+    steps: r.steps,
+    timings: r.timings,
+    dependents,
+  };
+}
+
+/** Everything that names a file under `dir`: sandboxes (by id) and user templates (by name). */
+async function dependentsOf(dir: string, except: string, home: string): Promise<string[]> {
+  const under = (p: string | undefined) => p !== undefined && p.startsWith(dir + '/');
+  const out: string[] = [];
+  for (const id of await sandboxIds(home)) {
+    const meta = await new SandboxDir(id, home).readMeta().catch(() => undefined);
+    if (!meta) continue;
+    if (under(meta.templateBuild) || (meta.diskLayers ?? []).some(under)) out.push(id);
+  }
+  for (const name of await userTemplateNames(home)) {
+    if (name === except) continue;
+    const r = await readTemplateRecord(name, home).catch(() => null);
+    if (r && (under(r.build.dir) || r.build.diskLayers.some(under))) out.push(`template:${name}`);
+  }
+  return out;
+}
+
+/** The automatic templates: templates/<base|image-…>/<key>/ with a current build. */
+async function automaticTemplates(home: string): Promise<TemplateInfo[]> {
+  const root = homeLayout(home).templates;
+  const out: TemplateInfo[] = [];
+  for (const e of await readdir(root, { withFileTypes: true }).catch(() => [])) {
+    if (!e.isDirectory() || !isReservedTemplateName(e.name)) continue;
+    for (const key of await readdir(join(root, e.name)).catch(() => [] as string[])) {
+      const current = (await readFile(join(root, e.name, key, 'current'), 'utf8').catch(() => '')).trim();
+      if (!current) continue;
+      const rec = JSON.parse(await readFile(join(root, e.name, key, current, 'template.json'), 'utf8').catch(() => 'null')) as {
+        createdAt?: string;
+        inputs?: { vcpus: number; memoryMiB: number; rootfs: string };
+      } | null;
+      if (!rec?.inputs) continue;
+      const diskBytes = (await stat(rec.inputs.rootfs).catch(() => undefined))?.size ?? 0;
+      out.push({
+        name: e.name,
+        kind: 'automatic',
+        createdAt: new Date(rec.createdAt ?? 0),
+        resources: { cpu: rec.inputs.vcpus, memoryMb: rec.inputs.memoryMiB, diskMb: Math.floor(diskBytes / 1048576) },
+        env: {},
+        workdir: '',
+        user: '',
+        dependents: await dependentsOf(join(root, e.name, key), '', home),
+      });
+    }
+  }
+  return out;
+}
+
+export class Template {
+  private constructor() {}
+
+  /**
+   * Builds template `opts.name` (replacing one of that name: sandboxes made from the old build
+   * keep it): from 'base', another template, or a container image; steps run in a booted
+   * sandbox of it, and the result (memory and disk) is what every sandbox from it starts from.
+   */
+  static async build(opts: TemplateBuildOpts): Promise<TemplateInfo> {
+    const record = await buildTemplate(opts);
+    return infoOfRecord(record, []);
+  }
+
+  /** User templates, then the automatic ones (one entry per machine size). */
+  static async list(): Promise<TemplateInfo[]> {
+    const home = torporHome();
+    const out: TemplateInfo[] = [];
+    for (const name of await userTemplateNames(home)) {
+      const r = await readTemplateRecord(name, home).catch(() => null);
+      if (r) out.push(infoOfRecord(r, await dependentsOf(userTemplateDir(name, home), name, home)));
+    }
+    return [...out, ...(await automaticTemplates(home))];
+  }
+
+  /** One template; TEMPLATE_NOT_FOUND when there is none of that name. */
+  static async get(name: string): Promise<TemplateInfo> {
+    checkString('name', name, { nonEmpty: true });
+    checkTemplateName(name);
+    const home = torporHome();
+    if (isReservedTemplateName(name)) {
+      const found = (await automaticTemplates(home)).filter((t) => t.name === name);
+      if (found.length === 0 && name !== 'base') throw new TemplateNotFoundError(`no template named ${JSON.stringify(name)}`);
+      if (found.length === 0) {
+        return { name, kind: 'automatic', createdAt: new Date(0), resources: { cpu: 2, memoryMb: 512, diskMb: 0 }, env: {}, workdir: '', user: '', dependents: [] };
+      }
+      return found[0]!;
+    }
+    const r = await readTemplateRecord(name, home);
+    if (!r) throw new TemplateNotFoundError(`no template named ${JSON.stringify(name)}`);
+    return infoOfRecord(r, await dependentsOf(userTemplateDir(name, home), name, home));
+  }
+
+  /**
+   * Removes a user template. Refused (TEMPLATE_IN_USE, naming them) while sandboxes or other
+   * templates use its memory or disk, unless `force`: then its name goes, and its builds stay
+   * on disk until nothing names them (a sandbox never loses its files to a remove).
+   */
+  static async remove(name: string, opts: { force?: boolean } = {}): Promise<void> {
+    checkString('name', name, { nonEmpty: true });
+    checkObject('opts', opts);
+    checkKnownKeys('opts', opts, ['force']);
+    checkBool('opts.force', opts.force);
+    checkTemplateName(name);
+    if (isReservedTemplateName(name)) throw new TorporError('INVALID_ARGUMENT', `${name} is an automatic template; torpor manages it`);
+    const home = torporHome();
+    const r = await readTemplateRecord(name, home);
+    if (!r) throw new TemplateNotFoundError(`no template named ${JSON.stringify(name)}`);
+    const dir = userTemplateDir(name, home);
+    const dependents = await dependentsOf(dir, name, home);
+    if (dependents.length > 0 && !opts.force) {
+      throw new TorporError('TEMPLATE_IN_USE', `template ${name} is used by ${dependents.join(', ')}: kill those first, or remove it with { force: true } (its files stay until nothing uses them)`);
+    }
+    await rm(join(dir, 'template.json'), { force: true });
+    if (dependents.length === 0) {
+      await rm(dir, { recursive: true, force: true });
+      return;
+    }
+    // Forced: the builds nothing names go now; the others stay for their users.
+    const used = (b: string) => dependents.length > 0 && b !== '';
+    for (const b of await readdir(join(dir, 'builds')).catch(() => [] as string[])) {
+      const path = join(dir, 'builds', b);
+      const users = await dependentsOf(path, name, home);
+      if (!used(b) || users.length === 0) await rm(path, { recursive: true, force: true });
+    }
+  }
+}
