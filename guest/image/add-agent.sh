@@ -23,7 +23,7 @@ else
   out=${3:?$usage}
 fi
 export PATH=$PATH:/usr/sbin:/sbin
-for tool in debugfs e2fsck; do
+for tool in debugfs e2fsck resize2fs dumpe2fs; do
   command -v "$tool" >/dev/null || { echo "add-agent.sh: missing tool '$tool' (e2fsprogs)" >&2; exit 2; }
 done
 [[ -f $agent ]] || { echo "add-agent.sh: agent binary $agent is missing" >&2; exit 2; }
@@ -61,6 +61,20 @@ stat=$(debugfs -R 'stat /usr/sbin/torpor-agent' "$work" 2>/dev/null)
 want=$(stat -c %s "$agent")
 grep -qE "Size: ${want}\b" <<< "$stat" || { echo "add-agent.sh: /usr/sbin/torpor-agent was not written ($want bytes expected)" >&2; exit 1; }
 grep -qE 'Mode: +0755' <<< "$stat" || { echo "add-agent.sh: /usr/sbin/torpor-agent has the wrong mode" >&2; exit 1; }
+# At least 1 GiB free for the user's files (npm install of a real project): the base image
+# grows offline (resize2fs on the sparse file, ~50 ms); free space costs no host disk until
+# written. The guest mounts with noinit_itable, so the new groups' inode tables (holes, read as
+# zeros) are not zeroed again into every template's and sandbox's disk. (An image's root
+# filesystem is sized by lib/image/ext4.ts before this runs in place.)
+if (( ! in_place )); then
+  min_free=$(( 1024 * 1048576 ))
+  block=$(dumpe2fs -h "$work" 2>/dev/null | awk -F: '/^Block size/ { gsub(/ /, "", $2); print $2 }')
+  free=$(dumpe2fs -h "$work" 2>/dev/null | awk -F: '/^Free blocks/ { gsub(/ /, "", $2); print $2 }')
+  if (( free * block < min_free )); then
+    truncate -s +$(( min_free - free * block + 64 * 1048576 )) "$work"
+    resize2fs -f "$work" >/dev/null 2>&1 || { echo "add-agent.sh: resize2fs could not grow $work" >&2; exit 1; }
+  fi
+fi
 e2fsck -fn "$work" >/dev/null
 (( in_place )) || mv "$work" "$out"
 echo "add-agent.sh: $out holds the agent ($want bytes)"
