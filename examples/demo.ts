@@ -5,11 +5,11 @@
 //   /dev/kvm; docs/nested.md), labelled emulated.
 // - Neither possible (no QEMU, no addon): one line saying why, and what would make it work.
 import { spawnSync } from 'node:child_process';
-import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 
 import { Sandbox, linuxGuestSupport } from '../lib/sandbox/sandbox.js';
 import { detectHost } from '../lib/setup/host.js';
+import { runInNestedHost } from './nested-host.js';
 
 const nested = process.env.TORPOR_NESTED === '1';
 const where = nested ? 'sandbox, nested, EMULATED' : 'sandbox';
@@ -70,28 +70,6 @@ async function demoHere(): Promise<void> {
   if (!continued || py.exitCode !== 0 || text !== 'hello from torpor\n') process.exitCode = 1;
 }
 
-const checkout = fileURLToPath(new URL('..', import.meta.url));
-
-/** The addon this checkout loads (build/ or prebuilds/), handed to the nested host, which needs one; undefined when none. */
-function addonPath(): string | undefined {
-  if (process.env.TORPOR_ADDON) return process.env.TORPOR_ADDON;
-  try {
-    const gypBuild = createRequire(import.meta.url)('node-gyp-build') as { resolve(dir: string): string };
-    return gypBuild.resolve(checkout);
-  } catch {
-    return undefined;
-  }
-}
-
-/** Why the nested KVM host cannot run here, or null when it can (the L1 kernel is built on demand). */
-function nestedBlocker(): string | null {
-  if (spawnSync('qemu-system-x86_64', ['--version'], { stdio: 'ignore' }).status !== 0) {
-    return 'qemu-system-x86_64 is not installed (apt-get install qemu-system-x86, or `npx torpor setup --install-deps`)';
-  }
-  if (!addonPath()) return 'the native addon is not built in this checkout (npm install builds it)';
-  return null;
-}
-
 const support = await linuxGuestSupport();
 if (support.ok) {
   await demoHere();
@@ -107,23 +85,5 @@ if (support.ok) {
   }
   // The nested host is QEMU's emulator: it needs no /dev/kvm, so a host without one runs the
   // demo there too, as a PVM host does.
-  const blocker = nestedBlocker();
-  const kvmHere = host.kvm ? `This host's KVM is ${host.kind}` : 'This host has no /dev/kvm (its kernel has no KVM)';
-  if (blocker) {
-    console.log(
-      `No demo on this host: ${kvmHere}, so Linux cannot boot here natively, and the nested KVM host cannot run: ${blocker}. ` +
-        'A host with hardware virtualization (VT-x/AMD-V) runs it directly.',
-    );
-    process.exitCode = 1;
-  } else {
-    console.log(`${kvmHere}: Linux guests cannot boot on it natively.`);
-    console.log('Running the same demo inside the nested KVM host: an L1 Linux under QEMU\'s emulator with emulated AMD SVM');
-    console.log('(EMULATED: the real torpor VMM and Linux guest, but slow; the first run builds L1\'s kernel, ~6 min on 2 cores).\n');
-    const r = spawnSync(process.execPath, ['--import', 'tsx', 'test/nested/run.ts', 'node', '--import', 'tsx', 'examples/demo.ts'], {
-      cwd: checkout,
-      env: { ...process.env, TORPOR_ADDON: addonPath() },
-      stdio: 'inherit',
-    });
-    process.exitCode = r.status ?? 1;
-  }
+  process.exitCode = runInNestedHost(host, 'examples/demo.ts');
 }

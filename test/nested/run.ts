@@ -22,6 +22,7 @@ import { ensureArtifacts, type SetupReport } from '../../lib/setup/artifacts.js'
 import { baseArtifactDir } from '../../lib/setup/rootfs.js';
 import { streamProgress } from '../../lib/setup/progress.js';
 import { homeLayout, torporHome } from '../../lib/store/home.js';
+import { ensureNodeImage, nodeImageSkipReason } from '../image-fixtures/node-image.js';
 import { FileClock } from './file-clock.js';
 import { ensureL1Kernel } from './l1-kernel.js';
 
@@ -83,9 +84,9 @@ const shellQuote = (s: string): string => `'${s.replaceAll("'", `'\\''`)}'`;
  * current setup resolves to (kernel, rootfs, its base image, agent); not older
  * builds nor the L1 kernel, which L1's RAM would hold for nothing.
  */
-async function homePaths(home: string, report: SetupReport): Promise<string[]> {
+async function homePaths(home: string, report: SetupReport, extra: string[] = []): Promise<string[]> {
   const layout = homeLayout(home);
-  const dirs = [dirname(report.kernel), dirname(report.rootfs), dirname(report.agent), await baseArtifactDir(layout.artifacts)];
+  const dirs = [dirname(report.kernel), dirname(report.rootfs), dirname(report.agent), await baseArtifactDir(layout.artifacts), ...extra];
   // setup.json stays behind: a kernel it records (one built for a PVM host) is not what L1 must boot.
   if (report.kernelOrigin !== 'built') {
     fail(
@@ -246,12 +247,19 @@ async function main(): Promise<number> {
   let l1;
   let home;
   let report;
+  let nodeImage: string | undefined;
   try {
     l1 = await ensureL1Kernel();
     process.stderr.write(`nested: L1 kernel ${l1.path} (${l1.built ? `built in ${(l1.buildMs / 1000).toFixed(0)} s` : 'cached'})\n`);
     // The guest artifacts the tests boot, built on the host (inside L1 a build would run emulated).
     home = torporHome();
     report = await ensureArtifacts({ onProgress: streamProgress(process.stderr) });
+    // The node image of test/template-linux.test.ts (an OCI layout from Debian's packages, built
+    // with mmdebstrap here: L1 has no apt). Where it cannot be built, the test says why.
+    const artifacts = homeLayout(home).artifacts;
+    if ((await nodeImageSkipReason(artifacts)) === null) {
+      nodeImage = (await ensureNodeImage(artifacts, { onProgress: (line) => process.stderr.write(`nested: node image: ${line}\n`) })).dir;
+    }
   } catch (err) {
     fail(NESTED_EXIT.setup, `preparing the nested host failed: ${(err as Error).message}`);
   }
@@ -263,7 +271,7 @@ async function main(): Promise<number> {
 
   const run = mkdtempSync(join(tmpdir(), 'torpor-nested-'));
   writeFileSync(join(run, 'command'), command + '\n');
-  writeFileSync(join(run, 'home-paths'), (await homePaths(home, report)).join('\n') + '\n');
+  writeFileSync(join(run, 'home-paths'), (await homePaths(home, report, nodeImage ? [nodeImage] : [])).join('\n') + '\n');
   const env: Record<string, string> = { TORPOR_HOME: '/tmp/torpor-home', TORPOR_NESTED: '1', NESTED_STARTED_MS: String(Date.now()) };
   // The suite keeps what it finished in the run share, so a fresh L1 can go on after a wedge.
   if (resumable) {

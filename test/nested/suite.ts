@@ -29,6 +29,7 @@ export const KVM_FILES = [
   'sandbox-pause',
   'sandbox-template',
   'sandbox-testvm',
+  'template-linux',
   'vmm-boot',
   'vmm-devices',
   'vmm-exhaustion',
@@ -54,6 +55,7 @@ export const LINUX_FILES: Record<string, number> = {
   'net-linux': 3,
   'net-linux-bulk': 1,
   'net-linux-pause': 1,
+  'template-linux': 4,
 };
 
 const ANSI = /\x1b\[[0-9;]*m/g;
