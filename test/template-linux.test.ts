@@ -146,6 +146,14 @@ imageTest('a template built on a template shares its layers; remove is refused w
   const parentRecord = JSON.parse(await (await import('node:fs/promises')).readFile(join(homeLayout(home).templates, 'node', 'template.json'), 'utf8')) as { build: { diskLayers: string[] } };
   assert.equal(childRecord.build.diskLayers.slice(0, parentRecord.build.diskLayers.length), parentRecord.build.diskLayers, "the child's disk starts with the parent's layers");
   assert.equal(child.resources, RES, 'resources come from the parent');
+  // A second template from the same image, no steps: no new boot, no copy; it is the image's
+  // automatic template (the same build directory the node template's layers start from).
+  const bare = await Template.build({ name: 'node-bare', from: { ociLayout: layout }, resources: RES });
+  assert.ok(bare.timings!.boot! < 5_000 && bare.timings!.unpack! < 5_000, `a second build of the same image reuses its root filesystem and template: ${JSON.stringify(bare.timings)}`);
+  const bareRecord = JSON.parse(await (await import('node:fs/promises')).readFile(join(homeLayout(home).templates, 'node-bare', 'template.json'), 'utf8')) as { build: { dir: string; diskLayers: string[] } };
+  assert.ok(bareRecord.build.dir.includes('/templates/image-'), bareRecord.build.dir);
+  assert.equal(parentRecord.build.diskLayers.slice(0, bareRecord.build.diskLayers.length), bareRecord.build.diskLayers, 'node is built on the same image template');
+  await Template.remove('node-bare');
   const sbx = await Sandbox.create({ template: 'node-app', resources: { cpu: 1, memoryMb: 512 } });
   try {
     assert.is((await sbx.commands.run('cat /opt/marker; cat /etc/node-version-at-build | head -c 1')).stdout, 'app\nv');
@@ -154,6 +162,7 @@ imageTest('a template built on a template shares its layers; remove is refused w
     assert.match((err as Error).message, /template:node-app/);
     const listed = await Template.list();
     assert.equal(listed.filter((t) => t.kind === 'user').map((t) => t.name), ['node', 'node-app']);
+    assert.ok(listed.find((t) => t.name === 'node-app')!.dependents.includes(sbx.sandboxId));
     assert.ok(listed.some((t) => t.kind === 'automatic' && t.name.startsWith('image-')), 'the image\'s automatic template is listed');
   } finally {
     await sbx.kill();
