@@ -535,6 +535,9 @@ export interface NodeImage {
 export async function ensureNodeImage(root: string, opts: { onProgress?: (line: string) => void } = {}): Promise<NodeImage> {
   const inputs = await nodeImageInputs();
   const dir = artifactDir(root, KIND, artifactKey(KIND, inputs));
+  if (process.env.TORPOR_NESTED === '1' && !existsSync(join(dir, 'index.json'))) {
+    throw new Error(`the node image ${dir} was not carried into the nested host (test/nested/run.ts builds it on the host first)`);
+  }
   const files = ['oci-layout', 'index.json'];
   for (const f of await recordedFiles(dir)) if (!files.includes(f)) files.push(f);
   const artifact = await ensureArtifact(
@@ -575,6 +578,9 @@ export async function nodeImageSkipReason(root: string): Promise<string | null> 
   const inputs = await nodeImageInputs();
   const dir = artifactDir(root, KIND, artifactKey(KIND, inputs));
   if ((await recordedFiles(dir)).length > 0 && existsSync(join(dir, 'index.json'))) return null;
+  // The nested host has no apt: its runner builds the image on the host and carries it in. Here a
+  // missing image is the runner's failure, reported by the test as one (ensureNodeImage's), not a skip.
+  if (process.env.TORPOR_NESTED === '1') return null;
   if (process.getuid?.() !== 0) return `the node image is not in the store (${root}) and building it needs root (mmdebstrap's root mode)`;
   const which = await new Promise<boolean>((resolve) => {
     const c = spawn('sh', ['-c', 'command -v mmdebstrap'], { stdio: 'ignore' });
