@@ -374,6 +374,39 @@ ext4Test('imageRootfs: an ext4 read back without mounting keeps ownership, modes
   }
 });
 
+ext4Test('UTF-8 names and link targets survive a C locale (the nested host has no other)', async () => {
+  const dir = await mkdtemp(join(tmpdir(), 'torpor-image-utf8-'));
+  const saved = process.env.LC_ALL;
+  process.env.LC_ALL = 'C';
+  try {
+    const agent = await fakeAgent(dir);
+    const blob = await layer([
+      { name: 'usr/', type: 'directory', mode: 0o755 },
+      { name: 'usr/share/', type: 'directory', mode: 0o755 },
+      { name: 'usr/share/café.txt', data: 'crème\n', mode: 0o644 },
+      { name: 'usr/share/naïve-link', type: 'symlink', linkname: 'café.txt' },
+      { name: 'usr/share/hård', type: 'link', linkname: 'usr/share/café.txt' },
+    ]);
+    const path = join(dir, 'layer');
+    await writeFile(path, blob);
+    const image: PulledImage = {
+      source: 'test:utf8',
+      manifestDigest: digest(Buffer.from('utf8-manifest')),
+      configDigest: digest(blob),
+      config: { architecture: 'amd64', os: 'linux', env: [], workingDir: '', user: '', entrypoint: [], cmd: [] },
+      layers: [{ digest: digest(blob), mediaType: 'application/vnd.oci.image.layer.v1.tar', size: blob.length, path }],
+    };
+    const { path: img } = await imageRootfs(image, { home: join(dir, 'home'), agent });
+    assert.is(cat(img, '/usr/share/café.txt'), 'crème\n');
+    assert.is(inodeOf(img, '/usr/share/hård'), inodeOf(img, '/usr/share/café.txt'));
+    assert.match(debugfs(img, 'stat /usr/share/naïve-link'), /Fast link dest: "café.txt"/);
+  } finally {
+    if (saved === undefined) delete process.env.LC_ALL;
+    else process.env.LC_ALL = saved;
+    await rm(dir, { recursive: true, force: true });
+  }
+});
+
 ext4Test('bad layers are IMAGE_INVALID and leave nothing in the store; a later good build succeeds', async () => {
   const dir = await mkdtemp(join(tmpdir(), 'torpor-image-bad-'));
   try {

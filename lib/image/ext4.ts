@@ -168,7 +168,10 @@ function journalBlocks(blocks: number): number {
 
 function mke2fsRun(path: string, args: string[]): Promise<{ code: number | string; output: string }> {
   return new Promise((resolve, reject) => {
-    const child = spawn(path, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+    // libarchive converts tar names to the locale's charset: under C/POSIX a non-ASCII (UTF-8)
+    // name or link target is refused ("Linkname can't be converted from UTF-8"). Names are bytes
+    // to ext4; C.UTF-8 (built into glibc) passes UTF-8 through unchanged.
+    const child = spawn(path, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, LC_ALL: 'C.UTF-8' } });
     let output = '';
     const keep = (d: Buffer): void => void (output = (output + d.toString()).slice(-4000));
     child.stdout.on('data', keep);

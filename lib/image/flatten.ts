@@ -378,7 +378,11 @@ function encodeEntry(e: Entry, path: string, kind: Kind, linkname: string): Buff
   const records: Buffer[] = [];
   const ascii = (s: string): boolean => /^[\x20-\x7e]*$/.test(s);
   if (Buffer.byteLength(name) > 100 || !ascii(name)) records.push(paxRecord('path', name));
-  if (Buffer.byteLength(linkname) > 100 || !ascii(linkname)) records.push(paxRecord('linkpath', linkname));
+  // A link target that fits goes into ustar's field as its UTF-8 bytes, without a PAX linkpath:
+  // mke2fs 1.47.2 (libarchive) drops a hard link whose target comes only from a PAX linkpath
+  // ("ignoring entry", then "File not found by ext2_lookup"), while it reads the raw field.
+  const linkFits = Buffer.byteLength(linkname) <= 100;
+  if (!linkFits) records.push(paxRecord('linkpath', linkname));
   if (e.uid > MAX_OCTAL_7) records.push(paxRecord('uid', String(e.uid)));
   if (e.gid > MAX_OCTAL_7) records.push(paxRecord('gid', String(e.gid)));
   const size = kind === 'file' ? e.size : 0;
@@ -387,7 +391,7 @@ function encodeEntry(e: Entry, path: string, kind: Kind, linkname: string): Buff
   if (e.xattrs) for (const [k, v] of e.xattrs) records.push(paxRecord(`SCHILY.xattr.${k}`, v));
   const main = ustarHeader({
     name: ascii(name) ? name : '', mode: e.mode, uid: e.uid, gid: e.gid, size, mtime: e.mtime, type: TYPEFLAG[kind],
-    linkname: ascii(linkname) ? linkname : '', uname: e.uname, gname: e.gname, devmajor: e.devmajor, devminor: e.devminor,
+    linkname: linkFits ? linkname : '', uname: e.uname, gname: e.gname, devmajor: e.devmajor, devminor: e.devminor,
   });
   if (!records.length) return main;
   const pax = Buffer.concat(records);
