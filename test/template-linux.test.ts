@@ -70,7 +70,8 @@ imageTest('a template from the node image: config applied, a step captured, disk
   node = await Template.build({
     name: 'node',
     from: { ociLayout: layout },
-    steps: [{ run: 'node --version > /etc/node-version-at-build && npm config set fund false' }],
+    // The first step as root (it writes /etc); the second as the image's user, `node`.
+    steps: [{ run: 'node --version > /etc/node-version-at-build', user: 'root' }, { run: 'npm config set fund false && id -un > ~/.built-by' }],
     env: { TORPOR_TEMPLATE: 'node' },
     resources: RES,
     bootTimeoutMs: BOOT,
@@ -93,6 +94,7 @@ imageTest('a template from the node image: config applied, a step captured, disk
     assert.match(v.stdout, /^v\d+\.\d+\.\d+\n$/);
     // The step's effect is in the template's disk.
     assert.is((await sbx.commands.run('cat /etc/node-version-at-build')).stdout, v.stdout);
+    assert.is((await sbx.commands.run('cat ~/.built-by')).stdout, 'node\n');
     // The image's config and the template's env: the image's User is `node` (uid 1000), its
     // WorkingDir /home/node; PATH comes from the image's Env.
     const who = await sbx.commands.run('echo "$(id -un) $(id -u) $(pwd) $TORPOR_TEMPLATE"; echo "$PATH"');
