@@ -126,7 +126,8 @@ imageTest("the post's flow: git clone from the host, npm install from a registry
     const ls = await sbx.commands.run(`cat node_modules/${LEFT_PAD.name}/package.json`, { cwd: '/home/node/project' });
     assert.match(ls.stdout, new RegExp(`"version": "${LEFT_PAD.version.replaceAll('.', '\\.')}"`));
     // A process left running across the pause and the other process's connect.
-    await sbx.commands.run('sleep 100000 & echo $! > /tmp/watch.pid');
+    await sbx.commands.run('echo $$ > /tmp/watch.pid; exec sleep 100000', { background: true });
+    await sbx.commands.run('for i in $(seq 100); do [ -s /tmp/watch.pid ] && break; sleep 0.1; done; kill -0 $(cat /tmp/watch.pid)');
     const p = await sbx.pause();
     const info = await Sandbox.getInfo(id);
     console.log(`  template-linux: after npm install, the pause wrote ${(p.bytes / 1048576).toFixed(1)} MiB; ${(info.bytesOnDisk / 1048576).toFixed(1)} MiB on disk beyond the template`);
