@@ -19,8 +19,9 @@ const ROOT = join(import.meta.dirname, '..', '..');
 /** The bound on the compressed bundle. */
 export const BUNDLE_LIMIT_BYTES = 60 * 1024 * 1024;
 /** What the tests import at run time, with their dependencies (resolved below). tsx: several test
- *  files start their fixtures (test/fixtures/*.ts, shipped as they are) in a child process through it. */
-const RUNTIME_PACKAGES = ['uvu', 'node-gyp-build', 'tsx'];
+ *  files start their fixtures (test/fixtures/*.ts, shipped as they are) in a child process through it.
+ *  tar-stream: lib/image; verdaccio: the npm registry test/template-linux.test.ts starts. */
+const RUNTIME_PACKAGES = ['uvu', 'node-gyp-build', 'tsx', 'tar-stream', 'verdaccio'];
 
 const { values } = parseArgs({ options: { out: { type: 'string', default: join(ROOT, 'out', 'hardware') } } });
 const outDir = values.out!;
