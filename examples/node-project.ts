@@ -50,12 +50,16 @@ async function demo(): Promise<number> {
     console.log(`${tag} git server ${git.url}, npm registry ${registry.url} (the sandbox reaches them at 10.0.2.2)`);
 
     let t0 = performance.now();
+    let last = '';
     const t = await Template.build({
       name: 'node-demo',
       from,
       resources: { cpu: 2, memoryMb: 1024, diskMb: 4096 },
       onProgress: (p) => {
-        if (p.phase !== 'download' && p.phase !== 'step' && 'message' in p) console.log(`${tag} template: ${p.phase}: ${p.message}`);
+        if (p.phase === 'download' || p.phase === 'step' || !('message' in p)) return;
+        const line = `${tag} template: ${p.phase}: ${p.message}`;
+        if (line !== last) console.log(line); // byte counts repeat a message as they advance
+        last = line;
       },
     });
     console.log(`${tag} template node-demo built in ${s(t0)} (${JSON.stringify(t.timings)}); user ${t.user || 'root'}, workdir ${t.workdir || '(home)'}`);
