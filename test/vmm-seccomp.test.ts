@@ -99,4 +99,37 @@ for (const [value, where, re] of [
   });
 }
 
+// signal-exit (loaded by many npm packages; verdaccio's lockfile in template-linux) listens
+// to SIGSYS: libuv then installs its own SIGSYS handler, and SIG_DFL once the listener goes.
+// A trap after that killed the whole test process in CI; the addon now takes SIGSYS back.
+kvmTest('a Node listener for SIGSYS, added and removed, does not turn a trap into the death of the process', async () => {
+  let heard = 0;
+  const listener = (): void => {
+    heard++;
+  };
+  process.on('SIGSYS', listener);
+  // A SIGSYS from outside (not a trap) reaches the JS listener, as it did before any machine.
+  process.kill(process.pid, 'SIGSYS');
+  await new Promise((r) => setTimeout(r, 50));
+  assert.is(heard, 1);
+  const first = Machine.create({ kernel: forbiddenCallGuest(1), vcpus: 1, memoryMiB: 16 });
+  const firstEnded = waitExit(first);
+  await first.start();
+  const e1 = await firstEnded;
+  assert.is(e1.kind, 'seccomp-violation');
+  await first.stop();
+  process.kill(process.pid, 'SIGSYS');
+  await new Promise((r) => setTimeout(r, 50));
+  assert.is(heard, 2, 'the listener still hears a SIGSYS that is not a trap');
+  process.off('SIGSYS', listener); // libuv: SIG_DFL
+
+  const second = Machine.create({ kernel: forbiddenCallGuest(2), vcpus: 1, memoryMiB: 16 });
+  const secondEnded = waitExit(second);
+  await second.start();
+  const e2 = await secondEnded;
+  assert.is(e2.kind, 'seccomp-violation');
+  assert.match(e2.message, /the I\/O thread made system call \d+ \(uname\)/);
+  await second.stop();
+});
+
 test.run();

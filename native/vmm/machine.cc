@@ -425,6 +425,8 @@ void Machine::resume() {
       throw Error(code::kInvalidState, std::string("resume: machine is ") + machine_state_name(state_));
     state_ = MachineState::Running;
     abandoned.swap(pause_waiters_);
+    // A machine paused for long may see a library take SIGSYS meanwhile.
+    if (seccomp_) take_sigsys_handler();
     // Devices re-armed on the I/O thread, after any quiesce posted before
     // (the loop runs posted closures in order). A vCPU kick that arrives
     // before that is held by its transport and served by unquiesce.

@@ -204,24 +204,41 @@ ThreadTrap& claim_trap() {
 // siginfo si_code of a seccomp SIGSYS (SYS_SECCOMP, which not every libc header names).
 constexpr int kSiCodeSeccomp = 1;
 
-struct sigaction g_previous_sigsys;
-std::once_flag g_handler_once;
+// The SIGSYS disposition that was in place before ours, for a SIGSYS that is
+// not one of our traps. Ours can be replaced behind our back: a Node listener
+// for SIGSYS (signal-exit, loaded by many npm packages, listens to it) makes
+// libuv install its own handler, and libuv sets SIG_DFL when the last listener
+// goes. A trap then killed the whole process (found in CI: verdaccio's
+// lockfile loads signal-exit). So every filtered thread takes the handler
+// back before it installs its filter (take_sigsys_handler), keeping what it
+// displaced as the one to chain to. Two slots and an index: the handler reads
+// the slot the index names while a later take writes the other.
+struct sigaction g_previous_sigsys[2];
+std::atomic<int> g_previous_at{0};
+std::mutex g_handler_mu;
+
+void on_sigsys(int sig, siginfo_t* info, void* context);
+
+void chain_previous(int sig, siginfo_t* info, void* context) {
+  const struct sigaction& prev = g_previous_sigsys[g_previous_at.load(std::memory_order_acquire)];
+  if (prev.sa_flags & SA_SIGINFO) {
+    if (prev.sa_sigaction && prev.sa_sigaction != on_sigsys) prev.sa_sigaction(sig, info, context);
+    return;
+  }
+  if (prev.sa_handler == SIG_IGN) return;
+  if (prev.sa_handler != SIG_DFL) {
+    prev.sa_handler(sig);
+    return;
+  }
+  signal(SIGSYS, SIG_DFL);
+  raise(SIGSYS);
+}
 
 void on_sigsys(int sig, siginfo_t* info, void* context) {
   ThreadTrap* t = info->si_code == kSiCodeSeccomp ? find_trap(self_id()) : nullptr;
   if (!t || !t->armed.load()) {
     // Not one of our filters: what would have happened without us.
-    if (g_previous_sigsys.sa_flags & SA_SIGINFO) {
-      if (g_previous_sigsys.sa_sigaction) g_previous_sigsys.sa_sigaction(sig, info, context);
-      return;
-    }
-    if (g_previous_sigsys.sa_handler == SIG_IGN) return;
-    if (g_previous_sigsys.sa_handler != SIG_DFL) {
-      g_previous_sigsys.sa_handler(sig);
-      return;
-    }
-    signal(SIGSYS, SIG_DFL);
-    raise(SIGSYS);
+    chain_previous(sig, info, context);
     return;
   }
   int none = -1;
@@ -239,18 +256,29 @@ void on_sigsys(int sig, siginfo_t* info, void* context) {
   }
 }
 
-void install_handler() {
-  std::call_once(g_handler_once, [] {
-    struct sigaction sa;
-    std::memset(&sa, 0, sizeof(sa));
-    sa.sa_sigaction = on_sigsys;
-    sa.sa_flags = SA_SIGINFO;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGSYS, &sa, &g_previous_sigsys);
-  });
+}  // namespace
+
+bool sigsys_handler_is_ours() {
+  struct sigaction current;
+  if (sigaction(SIGSYS, nullptr, &current) != 0) return false;
+  return (current.sa_flags & SA_SIGINFO) && current.sa_sigaction == on_sigsys;
 }
 
-}  // namespace
+void take_sigsys_handler() {
+  std::lock_guard<std::mutex> lock(g_handler_mu);
+  struct sigaction current;
+  if (sigaction(SIGSYS, nullptr, &current) != 0) return;
+  if ((current.sa_flags & SA_SIGINFO) && current.sa_sigaction == on_sigsys) return;
+  const int next = 1 - g_previous_at.load(std::memory_order_relaxed);
+  g_previous_sigsys[next] = current;
+  g_previous_at.store(next, std::memory_order_release);
+  struct sigaction sa;
+  std::memset(&sa, 0, sizeof(sa));
+  sa.sa_sigaction = on_sigsys;
+  sa.sa_flags = SA_SIGINFO;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGSYS, &sa, nullptr);
+}
 
 bool seccomp_wanted() {
   const char* v = std::getenv("TORPOR_SECCOMP");
@@ -259,7 +287,7 @@ bool seccomp_wanted() {
 
 void seccomp_enter_rules(const std::vector<SyscallRule>& rules, int notify_fd) {
   std::vector<sock_filter> prog = compile_seccomp_filter(rules);
-  install_handler();
+  take_sigsys_handler();
   // The slot before the filter: a trap from here on finds it.
   ThreadTrap& trap = claim_trap();
   trap.notify_fd.store(notify_fd);

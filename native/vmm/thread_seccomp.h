@@ -39,6 +39,15 @@ void seccomp_enter(ThreadRole role, int notify_fd = -1);
 // Installs an explicit rule set on the calling thread (unit tests).
 void seccomp_enter_rules(const std::vector<SyscallRule>& rules, int notify_fd = -1);
 
+// Makes the process's SIGSYS handler ours again if something replaced it (a
+// Node listener for SIGSYS does: libuv installs its own, and SIG_DFL when the
+// listener goes); what it displaces is chained to for a SIGSYS that is not one
+// of our traps. seccomp_enter() calls it; so does each machine's start.
+void take_sigsys_handler();
+
+// Whether the process's SIGSYS handler is ours (tests).
+bool sigsys_handler_is_ours();
+
 // The system call number of this thread's first forbidden call since
 // seccomp_enter(), or -1 when there was none.
 int seccomp_violation();

@@ -9,7 +9,11 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <array>
+#include <atomic>
 #include <cerrno>
+#include <csignal>
+#include <cstring>
 #include <thread>
 
 #include "test/check.h"
@@ -82,4 +86,61 @@ TEST("seccomp: a forbidden call on a filtered thread is refused and recorded; ot
   struct utsname u;
   CHECK_EQ(::uname(&u), 0);
   CHECK_EQ(seccomp_violation(), -1);
+}
+
+namespace {
+std::atomic<int> g_foreign_sigsys{0};
+void foreign_sigsys(int) { g_foreign_sigsys++; }
+
+// A filtered thread makes the forbidden call; returns {rc, errno, recorded violation}.
+std::array<int, 3> forbidden_call_on_filtered_thread() {
+  std::array<int, 3> r{};
+  std::thread t([&] {
+    seccomp_enter_rules(vcpu_rules_for_this_build(), -1);
+    struct utsname u;
+    r[0] = static_cast<int>(::syscall(SYS_uname, &u));
+    r[1] = errno;
+    r[2] = seccomp_violation();
+  });
+  t.join();
+  return r;
+}
+}  // namespace
+
+// What a Node listener for SIGSYS does to the process (signal-exit listens to
+// it; verdaccio loads it): libuv installs its own handler, plain, no
+// SA_SIGINFO, and SIG_DFL when the listener goes. A trap after either used to
+// kill the process.
+TEST("seccomp: a SIGSYS handler installed by someone else is taken back and chained to") {
+  struct sigaction foreign;
+  std::memset(&foreign, 0, sizeof(foreign));
+  foreign.sa_handler = foreign_sigsys;
+  foreign.sa_flags = SA_RESTART;
+  sigemptyset(&foreign.sa_mask);
+  CHECK_EQ(sigaction(SIGSYS, &foreign, nullptr), 0);
+  CHECK(!sigsys_handler_is_ours());
+  auto r = forbidden_call_on_filtered_thread();
+  CHECK_EQ(r[0], -1);
+  CHECK_EQ(r[1], EPERM);
+  CHECK_EQ(r[2], static_cast<int>(SYS_uname));
+  CHECK(sigsys_handler_is_ours());
+  CHECK_EQ(g_foreign_sigsys.load(), 0);  // the trap was ours, not theirs
+  // A SIGSYS that is not a trap of ours still reaches the handler it displaced.
+  CHECK_EQ(::raise(SIGSYS), 0);
+  CHECK_EQ(g_foreign_sigsys.load(), 1);
+
+  // libuv's "no more listeners": SIG_DFL. A trap must not kill the process.
+  struct sigaction dfl;
+  std::memset(&dfl, 0, sizeof(dfl));
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  CHECK_EQ(sigaction(SIGSYS, &dfl, nullptr), 0);
+  r = forbidden_call_on_filtered_thread();
+  CHECK_EQ(r[0], -1);
+  CHECK_EQ(r[1], EPERM);
+  CHECK_EQ(r[2], static_cast<int>(SYS_uname));
+  CHECK(sigsys_handler_is_ours());
+  // take_sigsys_handler() on an unfiltered thread (what a machine's resume calls) is idempotent.
+  take_sigsys_handler();
+  CHECK(sigsys_handler_is_ours());
 }
