@@ -82,6 +82,9 @@ MachineConfig parse_config(const Napi::Value& v) {
         if (!b.frozen_overlays.empty() && b.overlay_path.empty())
           throw Error(code::kInvalidArgument, "disks[" + std::to_string(i) + "] with frozen layers needs an overlay (the top)");
       }
+      // sizeBytes: the disk's size when it is larger than its layers (a sandbox's disk grown
+      // beyond its template's); 0 or absent: the largest layer's.
+      b.size_bytes = js::get_uint(d, "sizeBytes", 0, uint64_t{1} << 50, 0);
       b.read_only = js::get_bool(d, "readOnly", false);
       b.serial = js::get_string(d, "serial", false);
       if (b.serial.size() > 20) throw Error(code::kInvalidArgument, "disk serial is limited to 20 bytes");
@@ -337,8 +340,18 @@ Napi::Value MachineWrap::restore_machine(const Napi::CallbackInfo& info) {
       if (!info[2].IsString()) throw Error(code::kInvalidArgument, "restoreMachine: into must be a string");
       into = info[2].As<Napi::String>().Utf8Value();
     }
-    return queue_build(env, info[1].As<Napi::Function>(),
-                       [dir, into](Machine::Callbacks cb) { return Machine::restore(dir, std::move(cb), into); });
+    // diskBytes?: per disk, the size to grow it to (0: as saved); Machine::restore checks them.
+    std::vector<uint64_t> disk_bytes;
+    if (info.Length() > 3 && !info[3].IsUndefined()) {
+      if (!info[3].IsArray()) throw Error(code::kInvalidArgument, "restoreMachine: diskBytes must be an array");
+      Napi::Array arr = info[3].As<Napi::Array>();
+      if (arr.Length() > 16) throw Error(code::kInvalidArgument, "restoreMachine: diskBytes: at most 16 disks");
+      for (uint32_t i = 0; i < arr.Length(); i++)
+        disk_bytes.push_back(js::to_uint(unwrap(arr.Get(i)), "diskBytes[]", 0, uint64_t{1} << 50));
+    }
+    return queue_build(env, info[1].As<Napi::Function>(), [dir, into, disk_bytes](Machine::Callbacks cb) {
+      return Machine::restore(dir, std::move(cb), into, disk_bytes);
+    });
   });
 }
 

@@ -27,7 +27,7 @@ class MachineWrap : public Napi::ObjectWrap<MachineWrap> {
   explicit MachineWrap(const Napi::CallbackInfo& info);
   ~MachineWrap() override;
 
-  // restoreMachine(dir, onEvent, into?): Machine::restore on a worker thread, then
+  // restoreMachine(dir, onEvent, into?, diskBytes?): Machine::restore on a worker thread, then
   // a MachineWrap adopting the result on the JS thread.
   static Napi::Value restore_machine(const Napi::CallbackInfo& info);
   // buildMachine(config, onEvent): the constructor's work (VM, RAM, devices,

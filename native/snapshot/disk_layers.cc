@@ -1,5 +1,6 @@
 #include "snapshot/disk_layers.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,9 +15,38 @@
 namespace torpor {
 namespace {
 
-std::unique_ptr<Disk> open_base(const std::string& base_image, uint64_t size) {
-  if (base_image.empty()) return nullptr;
-  return std::make_unique<RawImage>(base_image, size);
+// The size a frozen overlay was written at: its data file's (created at the
+// disk's size, never extended). OverlayDisk then checks it against the map,
+// which records the size in every slot, so a file whose size changed is
+// refused rather than read at the wrong size.
+uint64_t overlay_size(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) throw_sys_error(code::kIo, "stat overlay " + path);
+  return static_cast<uint64_t>(st.st_size);
+}
+
+// Stacks the frozen overlays over `disk` (may be null), each at its own size,
+// none smaller than the layer below it.
+std::unique_ptr<Disk> stack_frozen(std::unique_ptr<Disk> disk, const std::vector<std::string>& frozen,
+                                   std::vector<const OverlayDisk*>* layers = nullptr) {
+  for (const std::string& path : frozen) {
+    uint64_t below = disk ? disk->size() : 0;
+    uint64_t own = overlay_size(path);
+    if (own < below)
+      throw Error(code::kInvalidArgument, "disk layer " + path + " (" + std::to_string(own) +
+                                              " bytes) is smaller than the layer below it (" + std::to_string(below) + ")");
+    auto layer = std::make_unique<OverlayDisk>(std::move(disk), path, own, /*read_only=*/true);
+    if (layers) layers->push_back(layer.get());
+    disk = std::move(layer);
+  }
+  return disk;
+}
+
+void refuse_shrink(uint64_t size, const std::unique_ptr<Disk>& chain, const char* what) {
+  if (chain && size != 0 && size < chain->size())
+    throw Error(code::kInvalidArgument, std::string(what) + " of " + std::to_string(size) +
+                                            " bytes is smaller than its layers (" + std::to_string(chain->size()) +
+                                            "): a disk never shrinks");
 }
 
 void remove_overlay_files(const std::string& path) {
@@ -30,13 +60,17 @@ std::unique_ptr<Disk> open_disk_chain(const std::string& base_image, const std::
                                       const std::string& top_overlay, uint64_t size) {
   if (base_image.empty() && frozen_overlays.empty() && top_overlay.empty())
     throw Error(code::kInvalidArgument, "a disk chain needs a base image or an overlay");
-  std::unique_ptr<Disk> disk = open_base(base_image, size);
-  // size 0: the base image's (a fresh config booting a generation's disk names no size).
+  // A base alone is the whole (read-only) disk: it takes the size asked for.
+  if (frozen_overlays.empty() && top_overlay.empty()) return std::make_unique<RawImage>(base_image, size);
+  std::unique_ptr<Disk> disk;
+  if (!base_image.empty()) disk = std::make_unique<RawImage>(base_image);
+  disk = stack_frozen(std::move(disk), frozen_overlays);
+  refuse_shrink(size, disk, "a disk");
+  if (top_overlay.empty()) return disk;
+  // size 0: the largest layer's, the newest (a fresh config booting a generation's disk names
+  // no size; a disk grown beyond its template then boots at its grown size).
   if (size == 0 && disk) size = disk->size();
-  for (const std::string& path : frozen_overlays)
-    disk = std::make_unique<OverlayDisk>(std::move(disk), path, size, /*read_only=*/true);
-  if (!top_overlay.empty()) disk = std::make_unique<OverlayDisk>(std::move(disk), top_overlay, size);
-  return disk;
+  return std::make_unique<OverlayDisk>(std::move(disk), top_overlay, size);
 }
 
 void merge_disk_layers(const std::string& base_image, const std::vector<std::string>& frozen,
@@ -48,12 +82,9 @@ void merge_disk_layers(const std::string& base_image, const std::vector<std::str
   (void)base_image;
   if (frozen.empty()) throw Error(code::kInvalidArgument, "nothing to merge: no frozen overlays");
   std::vector<const OverlayDisk*> layers;
-  std::unique_ptr<Disk> chain;
-  for (const std::string& path : frozen) {
-    auto layer = std::make_unique<OverlayDisk>(std::move(chain), path, size, /*read_only=*/true);
-    layers.push_back(layer.get());
-    chain = std::move(layer);
-  }
+  std::unique_ptr<Disk> chain = stack_frozen(nullptr, frozen, &layers);
+  if (size == 0) size = chain->size();
+  refuse_shrink(size, chain, "a merged disk layer");
   const uint64_t block_size = OverlayDisk::kBlockSize;
   const uint64_t blocks = (size + block_size - 1) / block_size;
   auto held = [&](uint64_t b) {
@@ -75,7 +106,9 @@ void merge_disk_layers(const std::string& base_image, const std::vector<std::str
       }
       uint64_t end = b + 1;
       while (end < blocks && end - b < kMaxRunBlocks && held(end)) end++;
-      uint64_t from = b * block_size, bytes = std::min(end * block_size, size) - from;
+      // Held blocks lie inside the chain (the newest layer is the largest);
+      // past its end the merged layer holds nothing, as the chain reads zeros there.
+      uint64_t from = b * block_size, bytes = std::min(end * block_size, chain->size()) - from;
       if (int rc = chain->read(from, buf.data(), bytes); rc < 0)
         throw_sys_error(code::kIo, "read frozen overlay while merging", -rc);
       if (int rc = out.write(from, buf.data(), bytes); rc < 0)

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <fstream>
@@ -176,4 +177,84 @@ TEST("snapshot disk: a cancelled merge leaves nothing behind; a live top takes a
   old.reset();  // the replaced layers close; nothing reads them any more
   CHECK(whole_disk(*top) == before);
   CHECK_EQ(tag_at(*top, 7), 0xF7);
+}
+
+TEST("snapshot disk: a chain opened larger than its layers reads zeros past the old end, keeps writes there") {
+  Layers l;
+  constexpr uint64_t kGrown = 40 * kBlock;  // the template's disk is kDiskSize
+  const std::string top = l.dir.file("grown.overlay");
+  const auto ov1_before = file_bytes(l.ov1), base_before = file_bytes(l.base);
+  {
+    auto d = open_disk_chain(l.base, {l.ov1, l.ov2}, top, kGrown);
+    CHECK_EQ(d->size(), kGrown);
+    CHECK_EQ(tag_at(*d, 2), 0xB2);  // the layers below read as before
+    CHECK_EQ(tag_at(*d, 16), 0xAF);
+    std::vector<uint8_t> tail(kGrown - kDiskSize, 0xEE);
+    CHECK_EQ(d->read(kDiskSize, tail.data(), tail.size()), 0);
+    CHECK(std::all_of(tail.begin(), tail.end(), [](uint8_t b) { return b == 0; }));
+    CHECK_EQ(d->write(30 * kBlock, block_of(0xC0).data(), kBlock), 0);
+    CHECK_EQ(d->write(kGrown - 512, block_of(0xCF, 512).data(), 512), 0);  // the last sector
+    CHECK_EQ(d->flush(), 0);
+  }
+  // The frozen layers keep their size and bytes: the top alone took the new size.
+  CHECK(file_bytes(l.ov1) == ov1_before);
+  CHECK(file_bytes(l.base) == base_before);
+  OverlayDisk frozen(nullptr, l.ov1, kDiskSize, /*read_only=*/true);
+  CHECK_EQ(frozen.size(), kDiskSize);
+  // Reopened at the grown size (a connect: the spec recorded it), and frozen in turn under
+  // a newer top with no size given (a boot from that generation's disk): the grown size wins.
+  for (uint64_t size : {kGrown, uint64_t{0}}) {
+    auto d = size ? open_disk_chain(l.base, {l.ov1, l.ov2}, top, size)
+                  : open_disk_chain(l.base, {l.ov1, l.ov2, top}, l.dir.file("next.overlay"), 0);
+    CHECK_EQ(d->size(), kGrown);
+    CHECK_EQ(tag_at(*d, 30), 0xC0);
+    uint8_t last = 0;
+    CHECK_EQ(d->read(kGrown - 1, &last, 1), 0);
+    CHECK_EQ(last, 0xCF);
+    CHECK_EQ(tag_at(*d, 20), 0x00);
+  }
+  // Never silently shrink: a top smaller than the layers, or a layer smaller than one below it.
+  CHECK_THROWS_CODE(open_disk_chain(l.base, {l.ov1, l.ov2, top}, l.dir.file("small.overlay"), kDiskSize),
+                    "INVALID_ARGUMENT");
+  CHECK_THROWS_CODE(open_disk_chain(l.base, {top, l.ov1}, l.dir.file("order.overlay"), kGrown), "INVALID_ARGUMENT");
+  // The grown top's map records its size: reopened at another size it is refused.
+  CHECK_THROWS_CODE(OverlayDisk(nullptr, top, kDiskSize, true), "INVALID_ARGUMENT");
+}
+
+TEST("snapshot disk: merging layers of different sizes (a grown disk) reads like the chain") {
+  Layers l;
+  constexpr uint64_t kGrown = 40 * kBlock;
+  const std::string g3 = l.dir.file("gen3-grown.overlay"), g4 = l.dir.file("gen4-grown.overlay");
+  {
+    auto d = open_disk_chain(l.base, {l.ov1, l.ov2}, g3, kGrown);
+    CHECK_EQ(d->write(33 * kBlock, block_of(0x33).data(), kBlock), 0);
+    CHECK_EQ(d->write(16 * kBlock, block_of(0x16).data(), kBlock), 0);  // over the old short last block
+    CHECK_EQ(d->flush(), 0);
+  }
+  {
+    auto d = open_disk_chain(l.base, {l.ov1, l.ov2, g3}, g4, kGrown);
+    CHECK_EQ(d->write(39 * kBlock, block_of(0x39).data(), kBlock), 0);
+    CHECK_EQ(d->flush(), 0);
+  }
+  // A machine merges only its own layers (the grown ones) over the template's.
+  const std::vector<std::string> own = {g3, g4};
+  auto chain = open_disk_chain(l.base, {l.ov1, l.ov2, g3, g4}, "", kGrown);
+  CHECK_EQ(chain->size(), kGrown);
+  const auto expected = whole_disk(*chain);
+  const std::string merged = l.dir.file("merged-grown.overlay");
+  merge_disk_layers("", own, merged, kGrown);
+  auto on_merged = open_disk_chain(l.base, {l.ov1, l.ov2, merged}, "", kGrown);
+  CHECK(whole_disk(*on_merged) == expected);
+  // All of them, the template's smaller layers included, at size 0: the newest layer's.
+  const std::string all = l.dir.file("merged-all.overlay");
+  merge_disk_layers("", {l.ov1, l.ov2, g3, g4}, all, 0);
+  auto on_all = open_disk_chain(l.base, {all}, "", 0);
+  CHECK_EQ(on_all->size(), kGrown);
+  CHECK(whole_disk(*on_all) == expected);
+  CHECK_THROWS_CODE(merge_disk_layers("", own, l.dir.file("shrunk.overlay"), kDiskSize), "INVALID_ARGUMENT");
+  // A live grown top takes the merged lower disk (same size as the layers it replaces).
+  auto top = std::make_unique<OverlayDisk>(open_disk_chain(l.base, {l.ov1, l.ov2, g3, g4}, "", 0),
+                                           l.dir.file("live.overlay"), kGrown);
+  CHECK(top->replace_lower(open_disk_chain(l.base, {l.ov1, l.ov2, merged}, "", 0)) != nullptr);
+  CHECK(whole_disk(*top) == expected);
 }

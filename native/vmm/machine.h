@@ -142,7 +142,13 @@ class Machine final : private VcpuHost {
   // the machine's disk tops go there and it continues as if `into` held its
   // generation 0 (its chain names dir's layers by absolute path), so its
   // first capture into `into` is a diff. Nothing is written into `dir`.
-  static std::unique_ptr<Machine> restore(const std::string& dir, Callbacks callbacks, const std::string& into = {});
+  // `disk_bytes[i]` (0 or absent: as saved) grows disk i on the way: its new
+  // top overlay takes that size, the layers below keep theirs, and the
+  // guest's driver is told of the new capacity (a virtio config change) when
+  // it runs. Smaller than saved, not a multiple of 512 or a read-only disk:
+  // Error(INVALID_ARGUMENT), a disk never shrinks.
+  static std::unique_ptr<Machine> restore(const std::string& dir, Callbacks callbacks, const std::string& into = {},
+                                          const std::vector<uint64_t>& disk_bytes = {});
   // Writes a new generation into `dir` (generation directory, fsynced, then
   // `current` switched atomically). The machine must be Paused (vCPUs out of
   // KVM_RUN, devices quiesced) and stays so. A full memory layer the first
@@ -231,7 +237,8 @@ class Machine final : private VcpuHost {
 
  private:
   Machine(const MachineConfig& cfg, Callbacks callbacks, RestorePlan* plan);
-  static std::unique_ptr<Machine> restore_from(const std::string& dir, Callbacks callbacks, const std::string& into);
+  static std::unique_ptr<Machine> restore_from(const std::string& dir, Callbacks callbacks, const std::string& into,
+                                               const std::vector<uint64_t>& disk_bytes);
   CaptureResult capture_locked(const std::string& dir, const std::function<void()>& on_captured);
   void load_state(RestorePlan& plan);
   void vcpu_pio(uint16_t port, uint8_t* data, size_t len, bool is_write) override;

@@ -479,6 +479,20 @@ CaptureResult Machine::capture_locked(const std::string& dir, const std::functio
 
 // ---------------------------------------------------------------- restore
 
+// A restored disk asked to be larger than the generation saved it: its new
+// top takes the size (the chain reads zeros past its layers' ends), and the
+// blk device, finding its saved capacity smaller, signals a config change.
+static void grow_restored_disk(BlkOptions& d, size_t i, uint64_t bytes) {
+  if (bytes == 0 || bytes == d.size_bytes) return;
+  const std::string what = "restore: disk " + std::to_string(i) + " ";
+  if (bytes % 512) throw Error(code::kInvalidArgument, what + "size must be a multiple of 512 bytes");
+  if (bytes < d.size_bytes)
+    throw Error(code::kInvalidArgument, what + "of " + std::to_string(bytes) + " bytes is smaller than saved (" +
+                                            std::to_string(d.size_bytes) + "): a disk never shrinks");
+  if (d.read_only || d.overlay_path.empty()) throw Error(code::kInvalidArgument, what + "is read-only: it cannot grow");
+  d.size_bytes = bytes;
+}
+
 void restore_ram(GuestRam& ram, RestorePlan& plan) {
   if (ram.size() != plan.memory->ram_bytes()) throw Error(code::kInternal, "VM shell RAM size differs from the snapshot's");
   ram.map_file(plan.memory->bottom_fd(), kMemoryDataOffset);
@@ -486,15 +500,17 @@ void restore_ram(GuestRam& ram, RestorePlan& plan) {
   plan.memory->apply_diffs(ram_regions(ram.memory(), false));
 }
 
-std::unique_ptr<Machine> Machine::restore(const std::string& dir, Callbacks callbacks, const std::string& into) {
+std::unique_ptr<Machine> Machine::restore(const std::string& dir, Callbacks callbacks, const std::string& into,
+                                          const std::vector<uint64_t>& disk_bytes) {
   try {
-    return restore_from(dir, std::move(callbacks), into);
+    return restore_from(dir, std::move(callbacks), into, disk_bytes);
   } catch (const fs::filesystem_error& e) {
     throw Error(code::kIo, std::string("restore from ") + dir + ": " + e.what(), e.code().value());
   }
 }
 
-std::unique_ptr<Machine> Machine::restore_from(const std::string& dir, Callbacks callbacks, const std::string& into) {
+std::unique_ptr<Machine> Machine::restore_from(const std::string& dir, Callbacks callbacks, const std::string& into,
+                                               const std::vector<uint64_t>& disk_bytes) {
   const uint64_t n = current_generation(dir);
   if (n == 0) throw Error(code::kSnapshotInvalid, dir + " holds no snapshot (no 'current')");
   // Restored into another directory: nothing is written into `dir` (new disk
@@ -531,10 +547,14 @@ std::unique_ptr<Machine> Machine::restore_from(const std::string& dir, Callbacks
       plan->chain.push_back(elsewhere ? paths.back() : p);
     }
     if (elsewhere) plan->generation = 0;
+    if (disk_bytes.size() > spec.config.disks.size())
+      throw Error(code::kInvalidArgument, "restore: sizes for " + std::to_string(disk_bytes.size()) +
+                                              " disks, the snapshot has " + std::to_string(spec.config.disks.size()));
     for (size_t i = 0; i < spec.config.disks.size(); i++) {
       BlkOptions& d = spec.config.disks[i];
       for (auto& p : d.frozen_overlays) p = path_from_state(src, p);
       if (!d.read_only) d.overlay_path = new_top_path(home, i, "r", n);
+      grow_restored_disk(d, i, i < disk_bytes.size() ? disk_bytes[i] : 0);
     }
     uint64_t ram_bytes = spec.config.memory_mib * x86::kMiB;
     plan->memory = std::make_unique<MemoryChain>(MemoryChain::open(paths, ram_bytes));

@@ -27,9 +27,15 @@ std::unique_ptr<VirtioMmioDevice> make_virtio_blk(GuestMemory& mem, IrqLine& irq
   if (opts.size_bytes % 512)
     throw Error(code::kInvalidArgument, "disk size must be a multiple of 512 bytes");
   std::unique_ptr<Disk> base;
-  if (!opts.base_path.empty()) base = std::make_unique<RawImage>(opts.base_path, opts.size_bytes);
+  if (!opts.base_path.empty()) base = std::make_unique<RawImage>(opts.base_path);
   uint64_t size = opts.size_bytes ? opts.size_bytes : (base ? base->size() : 0);
   if (size == 0) throw Error(code::kInvalidArgument, "disk size is 0 (give size_bytes for an overlay-only disk)");
+  // Larger than the base: the overlay takes the size, the base reads zeros past its end.
+  if (base && size < base->size())
+    throw Error(code::kInvalidArgument, "disk size " + std::to_string(size) + " is smaller than the base image (" +
+                                            std::to_string(base->size()) + " bytes): a disk never shrinks");
+  if (opts.overlay_path.empty() && base && size != base->size())
+    base = std::make_unique<RawImage>(opts.base_path, size);  // read-only, the base alone: it shows the size
   std::unique_ptr<Disk> disk;
   if (opts.overlay_path.empty())
     disk = std::move(base);
@@ -73,7 +79,9 @@ int virtio_blk_replace_lower(VirtioMmioDevice& dev, std::unique_ptr<Disk> lower)
   auto& transport = static_cast<VirtioMmioTransport&>(dev);
   std::lock_guard<std::mutex> lock(transport.lock());
   auto* top = dynamic_cast<OverlayDisk*>(&blk->disk());
-  if (!top || lower->size() != top->size()) return -EINVAL;
+  // The same bytes means the same size as the lower disk it replaces (which
+  // may be smaller than the top: a disk grown beyond its template).
+  if (!top || lower->size() != top->lower_size()) return -EINVAL;
   std::unique_ptr<Disk> old = top->replace_lower(std::move(lower));
   return 0;  // `old` closes its layers here, under the lock: no request reads them
 }

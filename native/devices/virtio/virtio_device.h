@@ -129,6 +129,11 @@ class VirtioDevice {
   virtual void save(StateWriter& out) const = 0;
   // Throws Error(SNAPSHOT_INVALID) on a malformed blob.
   virtual void restore(StateReader& in) = 0;
+  // After restore(): true when the config space is not the one the saved
+  // state describes (virtio-blk over a disk grown since the capture). The
+  // transport then tells a live driver as it would at run time: a config
+  // change (ConfigGeneration bumped, InterruptStatus bit 1, the IRQ raised).
+  virtual bool restored_config_changed() const { return false; }
   // The machine pauses (VirtioMmioDevice::quiesce): from quiesce() until
   // unquiesce() the device must not touch guest memory or raise interrupts
   // from work of its own (socket and timer callbacks). Queue notifications

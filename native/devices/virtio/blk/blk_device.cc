@@ -168,8 +168,14 @@ void VirtioBlkDevice::restore(StateReader& in) {
   in.expect_header("virtio-blk", 1, 1);
   uint64_t cap = in.u64();
   bool ro = in.boolean();
-  if (cap != capacity_sectors()) StateReader::fail("virtio-blk: saved for a disk of another size");
+  if (cap > capacity_sectors())
+    StateReader::fail("virtio-blk: saved for a disk of " + std::to_string(cap) + " sectors, larger than this one (" +
+                      std::to_string(capacity_sectors()) + "): a disk never shrinks");
   if (ro != read_only_) StateReader::fail("virtio-blk: saved with another read-only setting");
+  // A smaller saved capacity: the disk was grown on this restore (never by a
+  // mismatch of files: the machine opens the disk at the size its spec saved,
+  // or a larger one asked for explicitly).
+  grown_since_save_ = cap < capacity_sectors();
 }
 
 }  // namespace torpor

@@ -77,7 +77,12 @@ class VirtioBlkDevice final : public VirtioDevice {
   void queue_notify(uint32_t index) override;
   void reset() override {}
   void save(StateWriter& out) const override;
+  // Accepts a state saved for a disk of the same size or a smaller one (the
+  // disk grew since: restored_config_changed() then says so, and the guest's
+  // driver re-reads the capacity); a larger one is refused (SNAPSHOT_INVALID):
+  // the guest's filesystem may reach past this disk's end.
   void restore(StateReader& in) override;
+  bool restored_config_changed() const override { return grown_since_save_; }
 
   Disk& disk() { return *disk_; }
   // Snapshot support (under the transport's lock, device quiesced): the
@@ -99,6 +104,7 @@ class VirtioBlkDevice final : public VirtioDevice {
   std::string serial_;
   bool read_only_;
   bool discard_;  // the disk takes discard hints
+  bool grown_since_save_ = false;  // the last restore() found the disk larger than saved
   VirtioTransport* transport_ = nullptr;
   std::array<uint8_t, 60> config_{};
   DescriptorChain chain_;
@@ -122,7 +128,7 @@ int virtio_blk_push_overlay(VirtioMmioDevice& dev, const std::string& path);
 // Replaces every layer below the disk's top overlay with `lower` (the same
 // bytes in fewer layers: the frozen layers after a merge), closing the old
 // ones. Same lock and thread rules. 0, -EINVAL when the top is not an overlay
-// or the sizes differ.
+// or `lower` has another size than the lower disk it replaces.
 int virtio_blk_replace_lower(VirtioMmioDevice& dev, std::unique_ptr<Disk> lower);
 
 }  // namespace torpor

@@ -245,7 +245,7 @@ TEST("virtio-blk: make_virtio_blk over base + overlay files; the base is never w
   std::filesystem::remove_all(dir);
 }
 
-TEST("virtio-blk: save/restore round trip; a blob for another disk size is refused") {
+TEST("virtio-blk: save/restore round trip; a blob for a larger disk is refused (never shrink)") {
   BlkRig a;
   StateWriter w;
   a.dev->save(w);
@@ -257,9 +257,61 @@ TEST("virtio-blk: save/restore round trip; a blob for another disk size is refus
   b.driver.add_chain({{kHdr, 16, false}, {kData, 512, true}, {kStatus, 1, true}});
   b.dev->notify(0);
   CHECK_EQ(b.driver.used_idx(), uint16_t{1});
-  BlkRig c(128 * 1024);
+  BlkRig c(32 * 1024);
   StateReader in2(w.data());
   CHECK_THROWS_CODE(c.dev->restore(in2), "SNAPSHOT_INVALID");
+}
+
+namespace {
+uint64_t config_capacity(VirtioMmioDevice& dev) {
+  uint64_t cap = 0;
+  dev.read(kConfig, reinterpret_cast<uint8_t*>(&cap), 8);
+  return cap;
+}
+}  // namespace
+
+TEST("virtio-blk: restored over a grown disk: new capacity, config change raised, generation bumped") {
+  using virtio_mmio::kConfigGeneration;
+  using virtio_mmio::kInterruptAck;
+  using virtio_mmio::kInterruptStatus;
+  BlkRig a(64 * 1024);
+  const uint32_t gen = reg_read(*a.dev, kConfigGeneration);
+  StateWriter w;
+  a.dev->save(w);
+
+  BlkRig b(192 * 1024);  // the same machine, restored with its disk grown
+  const int irqs = b.irq.count.load();
+  StateReader in(w.data());
+  b.dev->restore(in);
+  in.expect_end();
+  CHECK_EQ(config_capacity(*b.dev), uint64_t{384});
+  CHECK_EQ(reg_read(*b.dev, kConfigGeneration), gen + 1);
+  CHECK(reg_read(*b.dev, kInterruptStatus) & virtio::kInterruptConfigChange);
+  CHECK(b.irq.count.load() > irqs);
+  // Sectors past the old end are served (the old bound no longer applies).
+  b.header(kTOut, 300);
+  std::memset(b.at(kData), 0x5a, 512);
+  CHECK_EQ(b.run({{kHdr, 16, false}, {kData, 512, false}, {kStatus, 1, true}}), kSOk);
+  CHECK_EQ(b.disk->bytes()[300 * 512], 0x5a);
+  b.header(kTIn, 383);
+  CHECK_EQ(b.run({{kHdr, 16, false}, {kData, 512, true}, {kStatus, 1, true}}), kSOk);
+  b.header(kTIn, 384);
+  CHECK_EQ(b.run({{kHdr, 16, false}, {kData, 512, true}, {kStatus, 1, true}}), kSIoErr);
+
+  // The driver acknowledges; a capture now carries the grown capacity and the new generation.
+  reg_write(*b.dev, kInterruptAck, virtio::kInterruptConfigChange);
+  StateWriter w2;
+  b.dev->save(w2);
+  BlkRig c(192 * 1024);
+  StateReader in2(w2.data());
+  c.dev->restore(in2);
+  CHECK_EQ(config_capacity(*c.dev), uint64_t{384});
+  CHECK_EQ(reg_read(*c.dev, kConfigGeneration), gen + 1);  // no second change
+  CHECK(!(reg_read(*c.dev, kInterruptStatus) & virtio::kInterruptConfigChange));
+  // ...and cannot be restored over the old, smaller disk.
+  BlkRig d(64 * 1024);
+  StateReader in3(w2.data());
+  CHECK_THROWS_CODE(d.dev->restore(in3), "SNAPSHOT_INVALID");
 }
 
 TEST("virtio-blk: bench 4 KiB requests through transport + device (printed, not asserted)") {

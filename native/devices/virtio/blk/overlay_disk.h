@@ -52,9 +52,12 @@ class OverlayDisk final : public Disk {
   int discard(uint64_t offset, uint64_t len) override;
 
   static std::string map_path(const std::string& data_path) { return data_path + ".map"; }
-  bool allocated(uint64_t block) const { return (bitmap_[block / 8] >> (block % 8)) & 1; }
+  // False past the overlay's last block: a chain's layers may have different
+  // sizes (a disk grown beyond its template), and a merge asks every layer.
+  bool allocated(uint64_t block) const { return block < blocks_ && ((bitmap_[block / 8] >> (block % 8)) & 1); }
   uint64_t allocated_blocks() const { return allocated_count_; }
   uint64_t generation() const { return generation_; }  // of the map last persisted
+  uint64_t lower_size() const { return lower_ ? lower_->size() : 0; }
   // Puts another lower disk under this overlay and hands back the old one.
   // The caller vouches that it reads the same bytes (a merge of the frozen
   // layers it replaces) and has the same size; under the device's lock.

@@ -342,6 +342,13 @@ void VirtioMmioTransport::restore(StateReader& in) {
     device_->restore(in);
     activated_ = activated;
     if (activated_) device_->activate();
+    // The device's config changed since the capture (a disk grown on restore):
+    // a driver that already read it learns it as it would at run time. The
+    // trigger below raises the line. A driver not yet live reads it at probe.
+    if (device_->restored_config_changed() && (status_ & vs::kStatusDriverOk)) {
+      config_generation_++;
+      interrupt_status_.fetch_or(vs::kInterruptConfigChange);
+    }
   } catch (...) {
     // Leave a device the guest can reset and set up again.
     reset_locked();
