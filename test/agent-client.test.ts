@@ -28,6 +28,27 @@ test.after(async () => {
 
 const code = (c: string) => (e: unknown) => e instanceof TorporError && e.code === c;
 
+test('GROW_FS on the host: answers the sizes, never resizes', async () => {
+  const c = await agent.client();
+  assert.ok(c.supports('grow_fs'));
+  const r = await c.call(FrameType.GROW_FS, new FieldWriter().str('path', '/')).catch((e: unknown) => e);
+  if (r instanceof TorporError) {
+    // Not ext4 here, or no /sys/dev/block entry for the root's device (a container's overlay).
+    assert.ok(['INVALID_ARGUMENT', 'FILE_NOT_FOUND', 'REQUEST_FAILED'].includes(r.code), r.message);
+  } else {
+    const f = r as Fields;
+    assert.ok((f.u64n('size') ?? 0) > 0);
+    assert.ok((f.u64n('fs_size') ?? 0) > 0);
+    assert.is(f.str('message'), 'host mode: not resized');
+    // A device smaller than asked (the guest's driver has not seen the new capacity yet): nothing attempted.
+    const early = await c.call(FrameType.GROW_FS, new FieldWriter().str('path', '/').u64('size', 2n ** 60n));
+    assert.is(early.str('message'), undefined);
+  }
+  const notDir = await c.call(FrameType.GROW_FS, new FieldWriter().str('path', '/dev/null')).catch((e: unknown) => e);
+  assert.ok(notDir instanceof TorporError && notDir.code === 'NOT_A_DIRECTORY', String(notDir));
+  await c.close();
+});
+
 test('HELLO, PING, ECHO', async () => {
   const c = await agent.client();
   assert.is(c.hello.version, PROTOCOL_VERSION);

@@ -49,6 +49,7 @@ export const FrameType = {
   POWEROFF: 49,
   RESUMED: 50,
   ECHO: 51,
+  GROW_FS: 52,
   OK: 64,
   STARTED: 65,
   STDOUT: 66,
@@ -114,6 +115,7 @@ export const Tag = {
   seq: 51,
   watch_id: 52,
   dropped: 53,
+  fs_size: 54,
 } as const;
 export type TagName = keyof typeof Tag;
 
@@ -181,6 +183,7 @@ export const FIELD_SPEC: Record<number, { kind: FieldKind; max?: number }> = {
   [Tag.seq]: { kind: 'u64' },
   [Tag.watch_id]: { kind: 'u32' },
   [Tag.dropped]: { kind: 'u64' },
+  [Tag.fs_size]: { kind: 'u64' },
 };
 
 /** Feature bits of HELLO. */
@@ -195,9 +198,11 @@ export const Feature = {
   users: 1n << 6n,
   /** WATCH / EVENT (files.watchDir). */
   watch: 1n << 7n,
+  /** GROW_FS: the root filesystem grown online to fill a disk grown on restore. */
+  grow_fs: 1n << 8n,
 } as const;
 export const CLIENT_FEATURES =
-  Feature.exec | Feature.pty | Feature.files | Feature.attach | Feature.resumed | Feature.request_ids | Feature.users | Feature.watch;
+  Feature.exec | Feature.pty | Feature.files | Feature.attach | Feature.resumed | Feature.request_ids | Feature.users | Feature.watch | Feature.grow_fs;
 
 /** Frame types that carry flow-controlled `data`. */
 export function isDataFrame(type: number): boolean {

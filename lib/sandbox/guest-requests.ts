@@ -1,10 +1,11 @@
 // The agent requests of a pause and a resume (docs/protocol.md): SYNC before the capture, so a
 // boot from that generation's disk holds every file written before the pause; RESUMED right
 // after the rendezvous, before any other request, so the guest's clock and RNG are fresh
-// before a user command runs.
+// before a user command runs. GROW_FS after a restore into a larger disk.
 import { randomBytes } from 'node:crypto';
 
 import type { AgentClient } from '../agent/client.js';
+import { TimeoutError } from '../errors.js';
 import { FieldWriter } from '../agent/fields.js';
 import { FrameType } from '../agent/protocol.js';
 
@@ -25,4 +26,32 @@ export async function sendResumed(client: AgentClient, timeoutMs: number): Promi
     { timeoutMs },
   );
   return timeNs;
+}
+
+/** How long a disk grown on restore may take to show in the guest (its virtio-blk driver reads
+ *  the new capacity from a work queue after the config-change interrupt) and its ext4 to grow. */
+export const GROW_FS_TIMEOUT_MS = 15_000;
+
+/**
+ * Grows the guest's root filesystem online to fill its disk, grown to `diskBytes` on restore or
+ * boot (docs/protocol.md, GROW_FS): asks until the guest's block device shows that size (the
+ * agent answers at once while it does not), then the agent's EXT4_IOC_RESIZE_FS has run and
+ * `df /` shows the grown size. TIMEOUT past `timeoutMs`; REQUEST_FAILED when the agent predates
+ * GROW_FS (a template built before it: rebuild the template).
+ */
+export async function growRootFs(client: AgentClient, diskBytes: number, timeoutMs = GROW_FS_TIMEOUT_MS): Promise<{ deviceBytes: number; fsBytes: number }> {
+  client.requireFeature('grow_fs');
+  const deadline = Date.now() + timeoutMs;
+  for (let wait = 2; ; wait = Math.min(wait * 2, 50)) {
+    const answer = await client.call(FrameType.GROW_FS, new FieldWriter().str('path', '/').u64('size', BigInt(diskBytes)), {
+      timeoutMs: Math.max(1000, deadline - Date.now()),
+    });
+    const deviceBytes = answer.u64n('size') ?? 0;
+    const fsBytes = answer.u64n('fs_size') ?? 0;
+    if (deviceBytes >= diskBytes) return { deviceBytes, fsBytes };
+    if (Date.now() + wait > deadline) {
+      throw new TimeoutError(`the guest's disk did not grow to ${diskBytes} bytes within ${timeoutMs} ms (it shows ${deviceBytes})`);
+    }
+    await new Promise((r) => setTimeout(r, wait));
+  }
 }

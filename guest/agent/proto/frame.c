@@ -77,7 +77,7 @@ static struct tag_rule rule_of(uint16_t tag) {
       break;
     case TP_T_FEATURES: case TP_T_REQUEST_ID: case TP_T_OFFSET: case TP_T_OFFSET2: case TP_T_SIZE:
     case TP_T_MTIME_NS: case TP_T_TIME_NS: case TP_T_STDOUT_START: case TP_T_STDERR_START: case TP_T_SEQ:
-    case TP_T_DROPPED:
+    case TP_T_DROPPED: case TP_T_FS_SIZE:
       r.exact = 8;
       break;
     case TP_T_RECURSIVE: case TP_T_RUNNING: case TP_T_REBOOT: case TP_T_STDIN: case TP_T_TIMED_OUT:

@@ -44,6 +44,7 @@
 #define TP_FEATURE_REQUEST_IDS (1ull << 5)
 #define TP_FEATURE_USERS (1ull << 6)
 #define TP_FEATURE_WATCH (1ull << 7)
+#define TP_FEATURE_GROW_FS (1ull << 8)
 
 enum tp_frame_type {
   TP_HELLO = 1,
@@ -70,6 +71,7 @@ enum tp_frame_type {
   TP_POWEROFF = 49,
   TP_RESUMED = 50,
   TP_ECHO = 51,
+  TP_GROW_FS = 52,
   TP_OK = 64,
   TP_STARTED = 65,
   TP_STDOUT = 66,
@@ -133,7 +135,8 @@ enum tp_tag {
   TP_T_EVENT = 50,
   TP_T_SEQ = 51,
   TP_T_WATCH_ID = 52,
-  TP_T_DROPPED = 53
+  TP_T_DROPPED = 53,
+  TP_T_FS_SIZE = 54
 };
 
 /* Results of the decoders. Negative values are protocol errors: the connection closes. */

@@ -46,6 +46,7 @@ static handler_fn handler_for(uint16_t type) {
     case TP_POWEROFF: return handle_poweroff;
     case TP_RESUMED: return handle_resumed;
     case TP_ECHO: return handle_echo;
+    case TP_GROW_FS: return handle_grow_fs;
     default: return NULL;
   }
 }
@@ -58,7 +59,7 @@ static void send_hello(struct conn *c) {
   tp_put_u32(&w, TP_T_VERSION, TP_PROTOCOL_VERSION);
   tp_put_u64(&w, TP_T_FEATURES,
              TP_FEATURE_EXEC | TP_FEATURE_PTY | TP_FEATURE_FILES | TP_FEATURE_ATTACH | TP_FEATURE_RESUMED |
-                 TP_FEATURE_REQUEST_IDS | TP_FEATURE_USERS | TP_FEATURE_WATCH);
+                 TP_FEATURE_REQUEST_IDS | TP_FEATURE_USERS | TP_FEATURE_WATCH | TP_FEATURE_GROW_FS);
   tp_put_str(&w, TP_T_NAME, name);
   tp_put_i64(&w, TP_T_TIME_NS, wall_ns());
   frame_end(c, &w);

@@ -30,6 +30,9 @@ void handle_poweroff(struct stream *s, const struct frame *f);
 void handle_resumed(struct stream *s, const struct frame *f);
 void handle_echo(struct stream *s, const struct frame *f);
 
+/* grow.c */
+void handle_grow_fs(struct stream *s, const struct frame *f);
+
 /* Field helpers for handlers: a str field as a fresh C string (replacing *dst);
  * -1 when it holds a NUL byte or memory runs out. */
 int field_cstr(const struct tp_field *fl, char **dst);
