@@ -30,6 +30,8 @@ export interface NativeDiskConfig {
   overlay: string;
   /** Overlays frozen by snapshot generations, oldest first, opened read-only under `overlay`. */
   frozen?: string[];
+  /** Bytes, when larger than the layers (a grown disk); absent: the largest layer's. */
+  sizeBytes?: number;
   readOnly?: boolean;
   serial?: string;
 }
@@ -205,7 +207,7 @@ export interface NativeBinding {
    * Resolves to a machine in state 'created' (start() it). SNAPSHOT_INVALID for a corrupt or
    * truncated snapshot, SNAPSHOT_INCOMPATIBLE for another host kind or CPU; no guest runs then.
    */
-  restoreMachine(dir: string, onEvent: (event: NativeMachineEvent) => void, into?: string): Promise<NativeMachine>;
+  restoreMachine(dir: string, onEvent: (event: NativeMachineEvent) => void, into?: string, diskBytes?: number[]): Promise<NativeMachine>;
   /** What `new Machine(config, onEvent)` does (VM, RAM, devices, kernel load), on a worker thread. */
   buildMachine(config: NativeMachineConfig, onEvent: (event: NativeMachineEvent) => void): Promise<NativeMachine>;
   /** The state saved in dir's current generation, by part (as NativeMachine.stateParts names them). Reads one small file. */

@@ -10,6 +10,7 @@ import * as assert from 'uvu/assert';
 
 import { TorporError } from '../lib/errors.js';
 import { Sandbox } from '../lib/sandbox/sandbox.js';
+import { diskGrowth } from '../lib/template/build.js';
 import { Template } from '../lib/template/template.js';
 import { parseImageUser } from '../lib/template/user.js';
 
@@ -88,6 +89,20 @@ test('Sandbox.create: resources and its aliases must agree; bad resources are IN
     }
     assert.equal(await readdir(home), []);
   });
+});
+
+test("Template.build's diskMb against its parent's: larger grows, equal keeps, smaller is INVALID_ARGUMENT (ext4 does not shrink)", () => {
+  assert.equal(diskGrowth(undefined, 2048, 'template p'), {});
+  assert.equal(diskGrowth(2048, 2048, 'template p'), {});
+  assert.equal(diskGrowth(4096, 2048, 'template p'), { growMb: 4096 });
+  let err: unknown;
+  try {
+    diskGrowth(1024, 2048, 'template p');
+  } catch (e) {
+    err = e;
+  }
+  assert.ok(code('INVALID_ARGUMENT')(err), String(err));
+  assert.match((err as Error).message, /template p's disk \(2048 MiB\).*does not shrink/);
 });
 
 test("an image's User as the agent's request fields", () => {

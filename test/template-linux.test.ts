@@ -202,4 +202,60 @@ linuxTest('another size than the template\'s boots its disk: the files of its st
   }
 });
 
+linuxTest('a larger diskMb than the template\'s grows the disk warm: df shows it, a file larger than the template\'s disk fits, pause + connect keep both; Template.build grows too', async () => {
+  await Template.build({ name: 'base-grow', from: 'base', steps: [{ run: 'echo grown > /opt/grow', user: 'root' }], resources: { cpu: 1, memoryMb: 256 }, bootTimeoutMs: BOOT });
+  const templateMb = (await Template.get('base-grow')).resources.diskMb;
+  // Twice the template's disk and more: a file as large as the template's whole disk fits only if it grew.
+  const want = 2 * templateMb + 512;
+  const bigMb = templateMb + 256;
+  const dfMb = async (s: Sandbox) => Number((await s.commands.run("df -m / | awk 'NR==2 { print $2 }'")).stdout.trim());
+  const sbx = await Sandbox.create({ template: 'base-grow', resources: { cpu: 1, memoryMb: 256, diskMb: want }, boot: { timeoutMs: BOOT } });
+  let id = '';
+  try {
+    id = sbx.sandboxId;
+    const info = await sbx.getInfo();
+    assert.is(info.createdFrom, 'template', `warm, not booted: ${info.bootReason ?? ''}`);
+    assert.is(info.resources.diskMb, want);
+    const size = await dfMb(sbx);
+    assert.ok(size >= want - 160 && size <= want, `df -m /: ${size} MiB, asked ${want}`);
+    assert.is((await sbx.commands.run('cat /opt/grow')).stdout, 'grown\n');
+    await sbx.commands.run(`fallocate -l ${bigMb}M /var/tmp/big || dd if=/dev/zero of=/var/tmp/big bs=1M count=${bigMb} status=none`, { user: 'root' });
+    assert.is((await sbx.commands.run('stat -c %s /var/tmp/big')).stdout.trim(), String(bigMb * 1048576));
+    await sbx.pause();
+  } catch (err) {
+    await sbx.kill().catch(() => undefined);
+    throw err;
+  }
+  const back = await Sandbox.connect(id, CONNECT);
+  try {
+    assert.is((await back.getInfo()).resources.diskMb, want);
+    const size = await dfMb(back);
+    assert.ok(size >= want - 160 && size <= want, `after connect, df -m /: ${size} MiB`);
+    assert.is((await back.commands.run('stat -c %s /var/tmp/big')).stdout.trim(), String(bigMb * 1048576));
+    // Still writable past the template's end after the restore of its own generation.
+    await back.commands.run('echo after > /var/tmp/after && sync', { user: 'root' });
+    assert.is((await back.commands.run('cat /var/tmp/after')).stdout, 'after\n');
+  } finally {
+    await back.kill();
+  }
+
+  // Template.build: a smaller disk than the parent's is refused, a larger one is grown before the steps.
+  const smaller = await Template.build({ name: 'base-shrunk', from: 'base-grow', resources: { cpu: 1, memoryMb: 256, diskMb: templateMb - 64 } }).catch((e) => e);
+  assert.ok(smaller instanceof TorporError && smaller.code === 'INVALID_ARGUMENT' && /shrink/.test(smaller.message), String(smaller));
+  const grown = await Template.build({ name: 'base-grown', from: 'base-grow', steps: [{ run: 'df -m / > /opt/df-in-build', user: 'root' }], resources: { cpu: 1, memoryMb: 256, diskMb: want }, bootTimeoutMs: BOOT });
+  assert.is(grown.resources.diskMb, want);
+  const fromGrown = await Sandbox.create({ template: 'base-grown', resources: { cpu: 1, memoryMb: 256 }, boot: { timeoutMs: BOOT } });
+  try {
+    assert.is((await fromGrown.getInfo()).createdFrom, 'template');
+    assert.is((await fromGrown.getInfo()).resources.diskMb, want);
+    const size = await dfMb(fromGrown);
+    assert.ok(size >= want - 160 && size <= want, `a sandbox of the grown template: df -m /: ${size} MiB`);
+    const inBuild = Number((await fromGrown.commands.run("awk 'NR==2 { print $2 }' /opt/df-in-build")).stdout.trim());
+    assert.is(inBuild, size, 'the steps saw the grown filesystem');
+    assert.is((await fromGrown.commands.run('cat /opt/grow')).stdout, 'grown\n');
+  } finally {
+    await fromGrown.kill();
+  }
+});
+
 test.run();

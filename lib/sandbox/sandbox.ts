@@ -35,7 +35,7 @@ import { Machine } from '../vm/machine.js';
 import { type NetworkOptions, type ResolvedNetwork, resolveNetwork } from '../net/options.js';
 import { SandboxNetwork } from '../net/sandbox-network.js';
 import { createAgentApi } from './agent-api.js';
-import { syncGuest } from './guest-requests.js';
+import { growRootFs, syncGuest } from './guest-requests.js';
 import { infoOf, type SandboxInfo } from './info.js';
 import { IdleTimer } from './idle-timer.js';
 import { Lifecycle, SANDBOX_STATES, isSandboxState, type SandboxState } from './lifecycle.js';
@@ -56,6 +56,8 @@ import { readTemplateRecord, type TemplateRecord } from '../template/record.js';
 import { checkResources, mergeResourceAliases, DEFAULT_CPU, DEFAULT_MEMORY_MB, type ResourcesOpts } from '../template/resources.js';
 import { parseImageUser } from '../template/user.js';
 
+const MIB = 1048576;
+
 export interface SandboxOpts {
   /**
    * Template name: 'base' (default), or one made with Template.build (docs/templates.md). The
@@ -67,8 +69,10 @@ export interface SandboxOpts {
   /**
    * The machine's size: vCPUs, RAM (MiB) and root disk (MiB). Default: the template's (2 vCPUs,
    * 512 MiB for 'base'). A sandbox with a template's size continues the template's machine; another
-   * cpu or memoryMb boots the template's disk instead. diskMb larger than the template's is refused
-   * (build the template with that diskMb).
+   * cpu or memoryMb boots the template's disk instead. diskMb larger than the template's grows the
+   * sandbox's disk, still from the warm template: the restored machine gets the larger disk and
+   * its root ext4 is grown online before create returns (`df /` shows it; docs/templates.md).
+   * diskMb smaller than the template's is the template's (ext4 does not shrink online).
    */
   resources?: ResourcesOpts;
   /** Alias of resources.cpu. */
@@ -348,10 +352,11 @@ export class Sandbox implements AsyncDisposable {
       throw new KvmUnavailableError(`cannot start a Linux sandbox on this host: ${artifacts.notes.join(' ')}`);
     }
 
-    const diskMb = user?.resources.diskMb ?? Math.floor((await stat(artifacts.rootfs)).size / 1048576);
-    if (sizes.diskMb !== undefined && sizes.diskMb > diskMb) {
-      fail('opts.resources.diskMb', `at most template ${template}'s disk (${diskMb} MiB); build a template with resources.diskMb for more`, sizes.diskMb);
-    }
+    const templateDiskMb = user?.resources.diskMb ?? Math.floor((await stat(artifacts.rootfs)).size / 1048576);
+    // A larger disk than the template's grows on the way (the restored machine's disk, then its
+    // ext4 online, in the guest); a smaller one is the template's (ext4 does not shrink online).
+    const growBytes = sizes.diskMb !== undefined && sizes.diskMb > templateDiskMb ? sizes.diskMb * MIB : undefined;
+    const diskMb = growBytes !== undefined ? sizes.diskMb! : templateDiskMb;
     const dir = new SandboxDir(newSandboxId());
     const netOpts = resolveNetwork('opts.network', opts.network);
     const netMachine = netOpts ? SandboxNetwork.machineOptions(dir.id) : undefined;
@@ -396,16 +401,19 @@ export class Sandbox implements AsyncDisposable {
       await dir.writeMeta(meta);
       let bootReason = "template: false";
       if (useTemplate && user) {
-        const r = await startFromUserTemplate(user, meta, dir, netOpts, bootMs);
+        const r = await startFromUserTemplate(user, meta, dir, netOpts, bootMs, growBytes);
         if ('started' in r) started = r.started;
         else bootReason = r.reason;
       } else if (useTemplate) {
-        const r = await startFromTemplate(inputs, dir, netOpts, { bootMs, agentMs: bootMs });
+        const r = await startFromTemplate(inputs, dir, netOpts, { bootMs, agentMs: bootMs }, growBytes);
         if ('started' in r) started = r.started;
         else bootReason = r.reason;
       }
-      started ??= await bootMachine(dir, meta, netOpts, netMachine?.net, bootMs);
+      started ??= await bootMachine(dir, meta, netOpts, netMachine?.net, bootMs, growBytes);
       const { machine, client, network } = started;
+      // The disk is larger than the filesystem on it: grow it before anyone writes (returns once
+      // `df /` shows the size). Restored or booted alike.
+      if (growBytes !== undefined) await growRootFs(client, growBytes);
       const running: SandboxMeta = {
         ...meta,
         state: 'running',
@@ -785,6 +793,7 @@ async function bootMachine(
   netOpts: ResolvedNetwork | false,
   net: { mac: string } | undefined,
   bootMs: number,
+  growBytes?: number,
 ): Promise<Started> {
   let machine: Machine | undefined;
   let client: AgentClient | undefined;
@@ -797,7 +806,12 @@ async function bootMachine(
     machine = await Machine.build(
       guestMachineOptions(
         meta,
-        { base: meta.rootfs, overlay: dir.firstOverlay, ...(meta.templateLayers?.length ? { frozen: meta.templateLayers } : {}) },
+        {
+          base: meta.rootfs,
+          overlay: dir.firstOverlay,
+          ...(meta.templateLayers?.length ? { frozen: meta.templateLayers } : {}),
+          ...(growBytes !== undefined ? { sizeBytes: growBytes } : {}),
+        },
         { consoleLog: dir.consoleLog, ...(net ? { net } : {}) },
       ),
     );
@@ -837,6 +851,7 @@ async function startFromUserTemplate(
   dir: SandboxDir,
   netOpts: ResolvedNetwork | false,
   bootMs: number,
+  growBytes?: number,
 ): Promise<{ started: Started } | { reason: string }> {
   const differs: string[] = [];
   if (meta.vcpus !== t.resources.cpu) differs.push(`cpu ${meta.vcpus} (template: ${t.resources.cpu})`);
@@ -845,7 +860,7 @@ async function startFromUserTemplate(
   if (differs.length) return { reason: `the sandbox's machine differs from template ${t.name}'s: ${differs.join(', ')}; its disk boots instead` };
   const build = { name: t.name, key: '', dir: t.build.dir, diskLayers: [...t.build.diskLayers], mac: t.build.mac };
   try {
-    return { started: await restoreInto(build, dir, netOpts, bootMs) };
+    return { started: await restoreInto(build, dir, netOpts, bootMs, growBytes) };
   } catch (err) {
     return { reason: `template ${t.name} did not restore: ${err instanceof TorporError ? `${err.code}: ${err.message.split('\n')[0]}` : String(err)}` };
   }

@@ -33,14 +33,22 @@ function reasonOf(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
 }
 
-export async function restoreInto(template: TemplateBuild, dir: SandboxDir, network: ResolvedNetwork | false, agentTimeoutMs: number): Promise<Started> {
+/** `growBytes`: the sandbox's disk, larger than the template's (Machine.restore diskBytes); the
+ *  caller grows the filesystem (growRootFs) once the agent answers. */
+export async function restoreInto(
+  template: TemplateBuild,
+  dir: SandboxDir,
+  network: ResolvedNetwork | false,
+  agentTimeoutMs: number,
+  growBytes?: number,
+): Promise<Started> {
   const netReady = network ? SandboxNetwork.prepare(network) : undefined;
   netReady?.catch(() => undefined);
   let machine: Machine | undefined;
   let client: AgentClient | undefined;
   let net: SandboxNetwork | undefined;
   try {
-    machine = await Machine.restore(template.dir, { into: dir.snapshots, state: 'paused' });
+    machine = await Machine.restore(template.dir, { into: dir.snapshots, state: 'paused', ...(growBytes !== undefined ? { diskBytes: [growBytes] } : {}) });
     if (netReady) {
       net = await netReady;
       net.attach(machine);
@@ -70,6 +78,7 @@ export async function startFromTemplate(
   dir: SandboxDir,
   network: ResolvedNetwork | false,
   timeouts: { bootMs: number; agentMs: number },
+  growBytes?: number,
 ): Promise<{ started: Started } | { reason: string }> {
   let template: TemplateBuild;
   try {
@@ -79,13 +88,13 @@ export async function startFromTemplate(
     return { reason: `template ${inputs.name} could not be built: ${reasonOf(err)}` };
   }
   try {
-    return { started: await restoreInto(template, dir, network, timeouts.agentMs) };
+    return { started: await restoreInto(template, dir, network, timeouts.agentMs, growBytes) };
   } catch (err) {
     if (!isBrokenTemplate(err)) return { reason: `template ${inputs.name} did not restore: ${reasonOf(err)}` };
     const first = reasonOf(err);
     try {
       template = (await ensureTemplate(inputs, { bootTimeoutMs: timeouts.bootMs, replacing: template })).template;
-      return { started: await restoreInto(template, dir, network, timeouts.agentMs) };
+      return { started: await restoreInto(template, dir, network, timeouts.agentMs, growBytes) };
     } catch (again) {
       return { reason: `template ${inputs.name} did not restore (${first}), nor its replacement: ${reasonOf(again)}` };
     }

@@ -21,7 +21,7 @@ import type { ImageProgress, PulledImage } from '../image/types.js';
 import { resolveNetwork, type NetworkOptions, type ResolvedNetwork } from '../net/options.js';
 import { SandboxNetwork } from '../net/sandbox-network.js';
 import { createAgentApi } from '../sandbox/agent-api.js';
-import { sendResumed, syncGuest } from '../sandbox/guest-requests.js';
+import { growRootFs, sendResumed, syncGuest } from '../sandbox/guest-requests.js';
 import { awaitRestoredAgent } from '../sandbox/readiness.js';
 import { GUEST_CMDLINE, linuxGuestSupport, sharedArtifacts } from '../sandbox/sandbox.js';
 import { checkTemplateName, ensureTemplate, freeze, type TemplateBuild, type TemplateInputs } from '../sandbox/template.js';
@@ -127,6 +127,19 @@ interface Parent {
   defaults: TemplateDefaults;
   resources: TemplateRecord['resources'];
   image?: TemplateRecord['image'];
+  /** resources.diskMb asked larger than the parent's: the build's machine grows its disk (and
+   *  its ext4, online) before the steps, so the captured template has the larger disk. */
+  growMb?: number;
+}
+
+/** The parent's disk, or a larger one to grow into; a smaller one is refused: ext4 does not
+ *  shrink online, and the parent's files may lie anywhere on its disk. */
+export function diskGrowth(asked: number | undefined, parentMb: number, parent: string): { growMb?: number } {
+  if (asked === undefined || asked === parentMb) return {};
+  if (asked < parentMb) {
+    fail('opts.resources.diskMb', `at least ${parent}'s disk (${parentMb} MiB): a disk only grows (ext4 does not shrink online)`, asked);
+  }
+  return { growMb: asked };
 }
 
 function buildOf(t: TemplateBuild, inputs: TemplateInputs): TemplateRecord['build'] {
@@ -143,12 +156,13 @@ async function resolveParent(opts: TemplateBuildOpts, progress: (p: TemplateBuil
   if (typeof from === 'string' && from !== 'base') {
     const rec = await readTemplateRecord(from);
     if (!rec) throw new TemplateNotFoundError(`no template named ${JSON.stringify(from)} to build ${opts.name} from`);
-    for (const [k, v] of [['cpu', r.cpu], ['memoryMb', r.memoryMb], ['diskMb', r.diskMb]] as const) {
+    for (const [k, v] of [['cpu', r.cpu], ['memoryMb', r.memoryMb]] as const) {
       if (v !== undefined && v !== rec.resources[k]) {
         fail(`opts.resources.${k}`, `the parent template's (${rec.resources[k]}): a template built from another continues its machine`, v);
       }
     }
-    return { name: rec.name, build: rec.build, defaults: rec.defaults, resources: rec.resources, ...(rec.image ? { image: rec.image } : {}) };
+    const growth = diskGrowth(r.diskMb, rec.resources.diskMb, `template ${rec.name}`);
+    return { name: rec.name, build: rec.build, defaults: rec.defaults, resources: rec.resources, ...(rec.image ? { image: rec.image } : {}), ...growth };
   }
   const artifacts = await sharedArtifacts(undefined);
   if (!artifacts.linuxBootable) throw new KvmUnavailableError(`cannot build a template on this host: ${artifacts.notes.join(' ')}`);
@@ -159,13 +173,13 @@ async function resolveParent(opts: TemplateBuildOpts, progress: (p: TemplateBuil
   const bootMs = opts.bootTimeoutMs ?? DEFAULT_BOOT_MS;
   if (from === 'base') {
     const diskMb = await sizeMiBOf(artifacts.rootfs);
-    if (r.diskMb !== undefined && r.diskMb !== diskMb) fail('opts.resources.diskMb', `the base image's size (${diskMb}); build from an image for another size`, r.diskMb);
+    const growth = diskGrowth(r.diskMb, diskMb, 'the base image');
     const inputs: TemplateInputs = { name: 'base', kernel: artifacts.kernel, rootfs: artifacts.rootfs, cmdline, vcpus: cpu, memoryMiB: memoryMb, net: true };
     progress({ phase: 'boot', message: 'the base template' });
     const t0 = Date.now();
     const { template } = await ensureTemplate(inputs, { bootTimeoutMs: bootMs });
     timings.boot = Date.now() - t0;
-    return { name: 'base', build: buildOf(template, inputs), defaults: { envs: {}, user: '', cwd: '' }, resources: { cpu, memoryMb, diskMb } };
+    return { name: 'base', build: buildOf(template, inputs), defaults: { envs: {}, user: '', cwd: '' }, resources: { cpu, memoryMb, diskMb }, ...growth };
   }
   let t0 = Date.now();
   const image: PulledImage = await fetchImage(from, { onProgress: progress });
@@ -217,7 +231,8 @@ async function captureSteps(
   let net: SandboxNetwork | undefined;
   try {
     let t0 = Date.now();
-    machine = await Machine.restore(parent.build.dir, { into: tmp, state: 'paused' });
+    const growBytes = parent.growMb !== undefined ? parent.growMb * 1048576 : undefined;
+    machine = await Machine.restore(parent.build.dir, { into: tmp, state: 'paused', ...(growBytes !== undefined ? { diskBytes: [growBytes] } : {}) });
     if (netReady) {
       net = await netReady;
       net.attach(machine);
@@ -226,6 +241,8 @@ async function captureSteps(
     client = await awaitRestoredAgent(machine, opts.bootTimeoutMs ?? DEFAULT_BOOT_MS);
     await sendResumed(client, SYNC_TIMEOUT_MS);
     await net?.ready();
+    // Before the steps, so they (and the template's sandboxes) see the larger filesystem.
+    if (growBytes !== undefined) await growRootFs(client, growBytes);
     timings.restore = Date.now() - t0;
     t0 = Date.now();
     const c = client;
@@ -288,7 +305,7 @@ export async function buildTemplate(opts: TemplateBuildOpts): Promise<TemplateRe
     let build = parent.build;
     let defaults = parent.defaults;
     const steps = opts.steps ?? [];
-    if (steps.length > 0) {
+    if (steps.length > 0 || parent.growMb !== undefined) {
       ({ build, defaults } = await captureSteps(opts, parent, network, progress, timings));
     } else if (ownDefaults) {
       defaults = { envs: { ...parent.defaults.envs, ...(opts.env ?? {}) }, user: opts.user ?? parent.defaults.user, cwd: opts.workdir ?? parent.defaults.cwd };
@@ -300,7 +317,7 @@ export async function buildTemplate(opts: TemplateBuildOpts): Promise<TemplateRe
       from: absolutise(opts.from),
       parent: parent.name,
       createdAt: new Date().toISOString(),
-      resources: parent.resources,
+      resources: { ...parent.resources, ...(parent.growMb !== undefined ? { diskMb: parent.growMb } : {}) },
       defaults,
       ...(parent.image ? { image: parent.image } : {}),
       steps: steps.length,

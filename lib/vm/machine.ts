@@ -32,6 +32,10 @@ export interface MachineDisk {
   /** Overlays frozen by snapshot generations (oldest first), read-only between the base and the
    *  overlay: the disk as a generation left it, booted afresh (a sandbox's boot from disk). */
   frozen?: string[];
+  /** The disk's size in bytes when it is larger than its layers (a sandbox's disk grown beyond
+   *  its template's): the overlay takes it, the layers below read as zeros past their ends.
+   *  Default: the largest layer's. Smaller than a layer: INVALID_ARGUMENT (never shrinks). */
+  sizeBytes?: number;
   readOnly?: boolean;
   serial?: string;
 }
@@ -95,6 +99,13 @@ export interface RestoreOptions {
    * writes a diff over `dir`'s memory layers, which its generations name by absolute path.
    */
   into?: string;
+  /**
+   * Grows the restored machine's disks: per disk, its new size in bytes (a multiple of 512; 0 or
+   * absent: as saved). The disk's new top takes the size; the guest's virtio-blk driver gets a
+   * config change (the new capacity) when it runs, and the filesystem still has to grow in the
+   * guest (the agent's GROW_FS). Smaller than saved, or a read-only disk: INVALID_ARGUMENT.
+   */
+  diskBytes?: number[];
 }
 
 export interface MachineEvents {
@@ -149,6 +160,10 @@ export function toNativeConfig(opts: MachineOptions): NativeMachineConfig {
       if (d.frozen !== undefined) {
         if (!Array.isArray(d.frozen) || d.frozen.length > 64) throw new InvalidArgumentError(`disks[${i}].frozen must be an array of at most 64 paths`);
         disk.frozen = d.frozen.map((f, j) => checkString(`disks[${i}].frozen[${j}]`, f, true)!);
+      }
+      if (d.sizeBytes !== undefined) {
+        disk.sizeBytes = checkInt(`disks[${i}].sizeBytes`, d.sizeBytes, 0, 2 ** 50);
+        if (disk.sizeBytes % 512) throw new InvalidArgumentError(`disks[${i}].sizeBytes must be a multiple of 512`);
       }
       if (d.readOnly !== undefined) disk.readOnly = Boolean(d.readOnly);
       if (d.serial !== undefined) {
@@ -242,8 +257,13 @@ export class Machine extends EventEmitter<MachineEvents> {
     if (want !== 'running' && want !== 'paused') throw new InvalidArgumentError(`state must be 'running' or 'paused'`);
     const knockPorts = opts.vsockKnockPorts === undefined ? undefined : checkKnockPorts(opts.vsockKnockPorts);
     const into = checkString('into', opts.into, false);
+    let diskBytes: number[] | undefined;
+    if (opts.diskBytes !== undefined) {
+      if (!Array.isArray(opts.diskBytes) || opts.diskBytes.length > 16) throw new InvalidArgumentError('diskBytes must be an array of at most 16 sizes');
+      diskBytes = opts.diskBytes.map((b, i) => checkInt(`diskBytes[${i}]`, b, 0, 2 ** 50));
+    }
     let onEvent: ((ev: NativeMachineEvent) => void) | undefined;
-    const native = await loadNative().restoreMachine(dir, (ev) => onEvent?.(ev), into);
+    const native = await loadNative().restoreMachine(dir, (ev) => onEvent?.(ev), into, diskBytes);
     const m = new Machine({
       restore: (handler) => {
         onEvent = handler;
