@@ -352,7 +352,7 @@ export class Sandbox implements AsyncDisposable {
       throw new KvmUnavailableError(`cannot start a Linux sandbox on this host: ${artifacts.notes.join(' ')}`);
     }
 
-    const templateDiskMb = user?.resources.diskMb ?? Math.floor((await stat(artifacts.rootfs)).size / 1048576);
+    const templateDiskMb = user?.resources.diskMb ?? Math.floor((await stat(artifacts.rootfs)).size / MIB);
     // A larger disk than the template's grows on the way (the restored machine's disk, then its
     // ext4 online, in the guest); a smaller one is the template's (ext4 does not shrink online).
     const growBytes = sizes.diskMb !== undefined && sizes.diskMb > templateDiskMb ? sizes.diskMb * MIB : undefined;
