@@ -33,22 +33,27 @@ function reasonOf(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
 }
 
-/** `growBytes`: the sandbox's disk, larger than the template's (Machine.restore diskBytes); the
- *  caller grows the filesystem (growRootFs) once the agent answers. */
-export async function restoreInto(
-  template: TemplateBuild,
-  dir: SandboxDir,
+/**
+ * A machine restored from `templateDir` into `into`, running: its agent past RESUMED, its network
+ * (unless `network` is false) attached and ready. `growBytes`: its disk, larger than the
+ * template's (Machine.restore diskBytes); the filesystem on it is the caller's to grow
+ * (growRootFs) once the agent answers. On failure whatever it started is stopped; `into` is the
+ * caller's to remove. A sandbox's start and a template build's steps both begin here.
+ */
+export async function restoreRunning(
+  templateDir: string,
+  into: string,
   network: ResolvedNetwork | false,
   agentTimeoutMs: number,
   growBytes?: number,
-): Promise<Started> {
+): Promise<{ machine: Machine; client: AgentClient; network?: SandboxNetwork }> {
   const netReady = network ? SandboxNetwork.prepare(network) : undefined;
   netReady?.catch(() => undefined);
   let machine: Machine | undefined;
   let client: AgentClient | undefined;
   let net: SandboxNetwork | undefined;
   try {
-    machine = await Machine.restore(template.dir, { into: dir.snapshots, state: 'paused', ...(growBytes !== undefined ? { diskBytes: [growBytes] } : {}) });
+    machine = await Machine.restore(templateDir, { into, state: 'paused', ...(growBytes !== undefined ? { diskBytes: [growBytes] } : {}) });
     if (netReady) {
       net = await netReady;
       net.attach(machine);
@@ -57,11 +62,27 @@ export async function restoreInto(
     client = await awaitRestoredAgent(machine, agentTimeoutMs);
     await sendResumed(client, RESUMED_TIMEOUT_MS);
     await net?.ready();
-    return { machine, client, diskLayers: [...template.diskLayers], template, ...(net ? { network: net } : {}) };
+    return { machine, client, ...(net ? { network: net } : {}) };
   } catch (err) {
     await client?.close().catch(() => undefined);
     await machine?.stop().catch(() => undefined);
     await (net ?? (await netReady?.catch(() => undefined)))?.stop().catch(() => undefined);
+    throw err;
+  }
+}
+
+/** The sandbox's machine restored from `template` into its snapshots (restoreRunning). */
+export async function restoreInto(
+  template: TemplateBuild,
+  dir: SandboxDir,
+  network: ResolvedNetwork | false,
+  agentTimeoutMs: number,
+  growBytes?: number,
+): Promise<Started> {
+  try {
+    const r = await restoreRunning(template.dir, dir.snapshots, network, agentTimeoutMs, growBytes);
+    return { ...r, diskLayers: [...template.diskLayers], template };
+  } catch (err) {
     // The restored machine's disk top: nothing else was written into the sandbox's snapshots yet.
     await rm(dir.snapshots, { recursive: true, force: true }).catch(() => undefined);
     throw err;

@@ -21,10 +21,10 @@ import type { ImageProgress, PulledImage } from '../image/types.js';
 import { resolveNetwork, type NetworkOptions, type ResolvedNetwork } from '../net/options.js';
 import { SandboxNetwork } from '../net/sandbox-network.js';
 import { createAgentApi } from '../sandbox/agent-api.js';
-import { growRootFs, sendResumed, syncGuest } from '../sandbox/guest-requests.js';
-import { awaitRestoredAgent } from '../sandbox/readiness.js';
+import { growRootFs, syncGuest } from '../sandbox/guest-requests.js';
 import { GUEST_CMDLINE, linuxGuestSupport, sharedArtifacts } from '../sandbox/sandbox.js';
 import { checkTemplateName, ensureTemplate, freeze, type TemplateBuild, type TemplateInputs } from '../sandbox/template.js';
+import { restoreRunning } from '../sandbox/template-start.js';
 import { checkEnvs, checkFunction, checkKnownKeys, checkObject, checkString, fail } from '../sandbox/validate.js';
 import { fsyncPath } from '../store/fsync.js';
 import { sha256File } from '../store/hash.js';
@@ -224,23 +224,13 @@ async function captureSteps(
   const buildName = `b-${Date.now()}-${randomBytes(4).toString('hex')}`;
   const tmp = join(builds, `.tmp-${buildName}-${process.pid}`);
   await mkdir(tmp, { recursive: true });
-  const netReady = parent.build.net ? SandboxNetwork.prepare(network) : undefined;
-  netReady?.catch(() => undefined);
   let machine: Machine | undefined;
   let client: AgentClient | undefined;
   let net: SandboxNetwork | undefined;
   try {
     let t0 = Date.now();
     const growBytes = parent.growMb !== undefined ? parent.growMb * 1048576 : undefined;
-    machine = await Machine.restore(parent.build.dir, { into: tmp, state: 'paused', ...(growBytes !== undefined ? { diskBytes: [growBytes] } : {}) });
-    if (netReady) {
-      net = await netReady;
-      net.attach(machine);
-    }
-    await machine.resume();
-    client = await awaitRestoredAgent(machine, opts.bootTimeoutMs ?? DEFAULT_BOOT_MS);
-    await sendResumed(client, SYNC_TIMEOUT_MS);
-    await net?.ready();
+    ({ machine, client, network: net } = await restoreRunning(parent.build.dir, tmp, parent.build.net ? network : false, opts.bootTimeoutMs ?? DEFAULT_BOOT_MS, growBytes));
     // Before the steps, so they (and the template's sandboxes) see the larger filesystem.
     if (growBytes !== undefined) await growRootFs(client, growBytes);
     timings.restore = Date.now() - t0;
@@ -275,7 +265,7 @@ async function captureSteps(
   } catch (err) {
     await client?.close().catch(() => undefined);
     await machine?.stop().catch(() => undefined);
-    await (net ?? (await netReady?.catch(() => undefined)))?.stop().catch(() => undefined);
+    await net?.stop().catch(() => undefined);
     await rm(tmp, { recursive: true, force: true }).catch(() => undefined);
     throw err;
   }
