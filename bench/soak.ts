@@ -259,7 +259,7 @@ async function main() {
   const last = samples[samples.length - 1]!;
   const diskPerCapture = last.captures ? last.diskMiB / last.captures : 0;
   console.log(
-    `flatness (peak and floor of the first and of the last merge period, ${period} captures each, limit; a leak raises both): ${Object.entries(checks)
+    `flatness (peak and floor, its 10th percentile, of the first merge period after warm-up and of the last, ${period} captures each, limit; a leak raises both): ${Object.entries(checks)
       .map(([k, v]) => `${k} ${v.warm} -> ${v.end} (<= ${v.limit}), floor ${v.warmFloor} -> ${v.endFloor} (<= ${v.floorLimit})`)
       .join(', ')}; ${last.captures} captures, disk at the end ${last.diskMiB} MiB (all of the soak's files)`,
   );
