@@ -26,7 +26,7 @@
 // held with its peaks flat; the nested runs' floors held with their peaks jumping; every leak
 // here (the leaking hour, the leak hook) raised both.
 //
-// The floor is a window's 10th percentile (FLOOR_QUANTILE), not its lowest sample: a sample
+// The floor is a window's 10th percentile (FLOOR_PERCENTILE), not its lowest sample: a sample
 // can also catch several machines at once between a stop and their restore (their fds and
 // threads closed), far below the tooth. A CI run's first window held one at fds 71 (threads
 // 18) where flat runs' lowest were 108-134; judged by that one sample, its floor "rose" past
@@ -41,6 +41,8 @@
 // margin and no more. The previous limits (fds +16 or 10%, RSS +64 MiB or 25%, disk +32 MiB per
 // machine or 50%: 725 MiB over a first peak of 85) still judge flat the hour before that one,
 // whose disk grew from 57 to 179 MiB (test/fixtures/soak/leak-disk-3600.json); these fail it.
+
+import { percentile } from './report.js';
 
 /** One sample of the soak process and its counters so far. */
 export interface SoakSample {
@@ -66,8 +68,8 @@ export interface SoakSample {
 // about this many captures.
 export const MERGE_PERIOD_CAPTURES = 9;
 
-/** Which share of a window's samples may stand below its floor (see the head of this file). */
-export const FLOOR_QUANTILE = 0.1;
+/** The percentile of a window's samples taken as its floor (see the head of this file). */
+export const FLOOR_PERCENTILE = 10;
 
 export type Judged = 'fds' | 'threads' | 'rssMiB' | 'diskMiB';
 
@@ -109,7 +111,7 @@ export interface Check {
   /** The peak of the last whole merge period. */
   end: number;
   limit: number;
-  /** The floors (FLOOR_QUANTILE of the samples) of the same two periods, and the floor's limit. */
+  /** The floors (FLOOR_PERCENTILE of the samples) of the same two periods, and the floor's limit. */
   warmFloor: number;
   endFloor: number;
   floorLimit: number;
@@ -167,8 +169,7 @@ export function judgeSoak(samples: readonly SoakSample[], machines: number, merg
   return verdict;
 }
 
-/** A window's floor: the value FLOOR_QUANTILE of its samples stand below (the lowest of fewer than 10). */
+/** A window's floor: its FLOOR_PERCENTILE-th percentile (the lowest sample of fewer than 10). */
 function floor(values: number[]): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.floor(FLOOR_QUANTILE * sorted.length)]!;
+  return percentile([...values].sort((a, b) => a - b), FLOOR_PERCENTILE);
 }
