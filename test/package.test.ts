@@ -10,54 +10,19 @@
 // (three files each in dist/) took it to 418 files, so the file bound went from 400 to 500: it
 // is there to catch build output or tests shipping, which add hundreds, not a few modules.
 import { execFileSync, spawnSync } from 'node:child_process';
-import { copyFileSync, existsSync, mkdirSync, renameSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import { mkdir, mkdtemp, rm, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
+import { join } from 'node:path';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
 import { packageRoot } from '../lib/setup/paths.js';
+import { ensurePackInputs, pack, type PackResult } from './fixtures/pack.js';
 
 const MAX_PACKED = 1.5 * 1024 * 1024;
 const MAX_UNPACKED = 4 * 1024 * 1024;
 const MAX_FILES = 500;
-
-const prebuilt = join(packageRoot, 'prebuilds', 'linux-x64', 'torpor.node');
-const built = join(packageRoot, 'dist', 'index.js');
-const compiled = join(packageRoot, 'build', 'Release', 'torpor.node');
-
-/**
- * dist/ and the prebuilt addon, made when missing (a fresh clone after `npm install` has
- * neither): dist/ by `npm run build`, the prebuild the way `npm run build:prebuilds`
- * (prebuildify --napi --strip) makes it from the addon `npm install` compiled: that file,
- * stripped, at prebuilds/linux-x64/torpor.node. (prebuildify itself would compile the addon
- * again, minutes on 2 cores.) Both are build outputs git ignores; node-gyp-build still
- * prefers build/Release in this checkout.
- */
-function ensurePackInputs(): void {
-  if (!existsSync(built)) execFileSync('npm', ['run', '-s', 'build'], { cwd: packageRoot, stdio: ['ignore', 'inherit', 'inherit'] });
-  if (!existsSync(prebuilt)) {
-    assert.ok(existsSync(compiled), `${compiled} exists (npm install compiles it)`);
-    mkdirSync(dirname(prebuilt), { recursive: true });
-    copyFileSync(compiled, `${prebuilt}.tmp`);
-    execFileSync('strip', ['--strip-all', `${prebuilt}.tmp`]);
-    renameSync(`${prebuilt}.tmp`, prebuilt);
-  }
-}
-
-interface PackResult {
-  filename: string;
-  size: number;
-  unpackedSize: number;
-  entryCount: number;
-  files: { path: string }[];
-}
-
-function pack(args: string[]): PackResult {
-  const out = execFileSync('npm', ['pack', '--json', ...args], { cwd: packageRoot, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
-  return (JSON.parse(out) as PackResult[])[0]!;
-}
 
 /** What must never ship: build outputs, tests, fuzzers, benchmarks, the test guest, TypeScript sources (dist/ ships). */
 const FORBIDDEN = [

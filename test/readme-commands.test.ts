@@ -9,8 +9,8 @@ import { readmeCommands } from './readme-commands.js';
 
 test("the README's commands: install, test, demo (comments dropped)", () => {
   assert.equal(readmeCommands(), ['npm install', 'npm test', 'npm run demo']);
-  assert.equal(readmeCommands('## Use it\n\n```sh\nnpm ci   # deps\n# a comment\n\nnpm test\n```\n\n## Next\n'), ['npm ci', 'npm test']);
-  assert.throws(() => readmeCommands('## Other\n'), /no "## Use it" section/);
+  assert.equal(readmeCommands('## Contributing: from a checkout\n\n```sh\nnpm ci   # deps\n# a comment\n\nnpm test\n```\n\n## Next\n'), ['npm ci', 'npm test']);
+  assert.throws(() => readmeCommands('## Other\n'), /no "## Contributing" section/);
 });
 
 test('.ci/run runs them from the README of a fresh clone with an empty TORPOR_HOME, not a copy of its own', () => {

@@ -1,4 +1,4 @@
-// The README's "Use it" commands, read from the README itself, so CI runs exactly what a
+// The README's "Contributing" commands, read from the README itself, so CI runs exactly what a
 // newcomer is told to run and the two cannot drift apart.
 //   node --import tsx test/readme-commands.ts          prints them, one a line
 //   node --import tsx test/readme-commands.ts --run    runs them in order in the checkout; stops at the first failure
@@ -11,12 +11,12 @@ import { fileURLToPath } from 'node:url';
 
 const checkout = fileURLToPath(new URL('..', import.meta.url));
 
-/** The command lines of the first ```sh block under "## Use it" (comments after '#' dropped). */
+/** The command lines of the first ```sh block under "## Contributing" (comments after '#' dropped). */
 export function readmeCommands(readme: string = readFileSync(join(checkout, 'README.md'), 'utf8')): string[] {
-  const section = /^## Use it\n([\s\S]*?)(?=^## )/m.exec(readme);
-  if (!section) throw new Error('README.md has no "## Use it" section');
+  const section = /^## Contributing[^\n]*\n([\s\S]*?)(?=^## )/m.exec(readme);
+  if (!section) throw new Error('README.md has no "## Contributing" section');
   const block = /```sh\n([\s\S]*?)```/.exec(section[1]!);
-  if (!block) throw new Error('README.md\'s "## Use it" section has no ```sh block');
+  if (!block) throw new Error('README.md\'s "## Contributing" section has no ```sh block');
   return block[1]!
     .split('\n')
     .map((line) => line.replace(/\s#.*$/, '').trim())

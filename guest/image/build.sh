@@ -4,8 +4,12 @@
 # added by add-agent.sh, so a new agent costs a second, not a debootstrap.
 #
 # usage: build.sh OUTDIR
+#        build.sh --tar OUTDIR
 #   OUTDIR/base.ext4      the image (block size 4096, headroom for user files)
 #   OUTDIR/packages.txt   name and version of every installed package
+#   with --tar, OUTDIR/base.tar instead of base.ext4: the same tree as a tarball
+#   (numeric owners, xattrs, sorted names), the one layer of the base as a container
+#   image (scripts/build-base-image.ts), which needs no root to become an ext4.
 # env:
 #   APT_SOURCES   space-separated apt sources files to build from (default: the
 #                 host's own enabled files under /etc/apt). No mirror is named
@@ -16,16 +20,29 @@
 # place (lib/store), so a failed build never leaves a half-written image.
 set -euo pipefail
 
-out=${1:?usage: build.sh OUTDIR}
+as_tar=0
+if [[ ${1:-} == --tar ]]; then
+  as_tar=1
+  shift
+fi
+out=${1:?usage: build.sh [--tar] OUTDIR}
 suite=bookworm
 # Keep in step with the README's list of what the base image holds.
 packages=(bash coreutils findutils grep sed tar gzip procps util-linux iproute2
           ca-certificates python3 sqlite3 sudo curl git)
 
+# As root, mmdebstrap's root mode. As another user only --tar works, in its unshare mode (user
+# namespaces: newuidmap and /etc/subuid, /etc/subgid entries); its tarball is the root mode's,
+# bit for bit, and the caller turns it into ext4 without root (lib/image).
+mode=root
 if [[ $(id -u) -ne 0 ]]; then
-  echo "build.sh: building the root filesystem needs root: mmdebstrap's root mode creates files owned by root" >&2
-  echo "build.sh: and mkfs.ext4 -d copies ownership as found. Run the setup as root (sudo npx torpor setup)." >&2
-  exit 3
+  if (( ! as_tar )); then
+    echo "build.sh: building the ext4 image needs root: mmdebstrap's root mode creates files owned by root" >&2
+    echo "build.sh: and mkfs.ext4 -d copies ownership as found. Run the setup as root, or build.sh --tar (unshare mode)." >&2
+    exit 3
+  fi
+  mode=unshare
+  command -v newuidmap >/dev/null || { echo "build.sh: mmdebstrap's unshare mode needs newuidmap (apt-get install uidmap)" >&2; exit 2; }
 fi
 for tool in mmdebstrap mkfs.ext4 du truncate dpkg-query; do
   command -v "$tool" >/dev/null || { echo "build.sh: missing tool '$tool'" >&2; exit 2; }
@@ -70,7 +87,23 @@ trap 'rc=$?; remove_tree || rc=1; exit "$rc"' EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-echo "phase: debootstrap $suite (${#packages[@]} packages from ${sources[*]})"
+# What the image must hold, checked inside mmdebstrap (as the image's root, in either mode):
+# the agent makes `user` the default user of commands and files (guest/agent/src/users.h).
+checks='grep -q "^nobody:" "$1/etc/passwd" || { echo "build.sh: no nobody user in the image" >&2; exit 1; }
+grep -q "^user:x:1000:1000:.*:/home/user:/bin/bash\$" "$1/etc/passwd" || { echo "build.sh: no user account (uid 1000, /home/user) in the image" >&2; exit 1; }
+[ "$(stat -c %u "$1/home/user")" = 1000 ] || { echo "build.sh: /home/user is not owned by uid 1000" >&2; exit 1; }
+chroot "$1" visudo -cq || { echo "build.sh: the image'"'"'s sudoers do not parse" >&2; exit 1; }'
+if (( as_tar )); then
+  # mmdebstrap writes the tarball itself (sorted, numeric owners, xattrs); the package list
+  # comes out of the tree before it is packed.
+  target=$out/base.tar.tmp
+  output=(--mode="$mode" --format=tar --customize-hook="copy-out /.packages.txt $out" --customize-hook='rm "$1/.packages.txt"')
+else
+  target=$tree
+  output=(--mode=root)
+fi
+
+echo "phase: debootstrap $suite (${#packages[@]} packages from ${sources[*]}; $mode mode)"
 include=$(IFS=,; echo "${packages[*]}")
 # path-exclude: no documentation, man pages or translations (about 40% of the tree).
 mmdebstrap \
@@ -91,14 +124,17 @@ mmdebstrap \
   --customize-hook='chroot "$1" useradd --create-home --home-dir /home/user --uid 1000 --user-group --groups sudo --shell /bin/bash user' \
   --customize-hook='printf "# torpor: the default user may become root without a password, as in E2B sandboxes.\nuser ALL=(ALL:ALL) NOPASSWD: ALL\n" > "$1/etc/sudoers.d/user" && chmod 0440 "$1/etc/sudoers.d/user"' \
   --customize-hook='chroot "$1" dpkg-query -W -f="\${Package} \${Version}\n" > "$1/.packages.txt"' \
-  "$suite" "$tree" "${sources[@]}"
+  --customize-hook="$checks" \
+  "${output[@]}" \
+  "$suite" "$target" "${sources[@]}"
 
+if (( as_tar )); then
+  mv "$out/.packages.txt" "$out/packages.txt"
+  mv "$out/base.tar.tmp" "$out/base.tar"
+  echo "phase: done tar $(stat -c %s "$out/base.tar") bytes"
+  exit 0
+fi
 mv "$tree/.packages.txt" "$out/packages.txt"
-grep -q '^nobody:' "$tree/etc/passwd" || { echo "build.sh: no nobody user in the image" >&2; exit 1; }
-# The agent makes `user` the default user of commands and files (guest/agent/src/users.h).
-grep -q '^user:x:1000:1000:.*:/home/user:/bin/bash$' "$tree/etc/passwd" || { echo "build.sh: no user account (uid 1000, /home/user) in the image" >&2; exit 1; }
-[[ $(stat -c %u "$tree/home/user") == 1000 ]] || { echo "build.sh: /home/user is not owned by uid 1000" >&2; exit 1; }
-chroot "$tree" visudo -cq || { echo "build.sh: the image's sudoers do not parse" >&2; exit 1; }
 
 echo "phase: mkfs.ext4"
 tree_bytes=$(du -sb "$tree" | cut -f1)

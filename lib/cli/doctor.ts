@@ -3,7 +3,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 
 import { formatProbe, tryProbeHost } from '../host/probe.js';
-import { PVM_KERNEL_NOTE } from '../setup/artifacts.js';
+import { PVM_KERNEL_NOTE, setupOutlook } from '../setup/artifacts.js';
 import { detectHostFromSysfs } from '../setup/host.js';
 import { findPasst } from '../net/passt.js';
 import { missingPackages } from '../setup/tools.js';
@@ -42,8 +42,20 @@ export async function runDoctor(argv: string[]): Promise<number> {
 
   const layout = homeLayout(torporHome());
   out.push(`TORPOR_HOME: ${layout.root}${existsSync(layout.artifacts) ? '' : ' (nothing built yet: run `torpor setup`)'}`);
+  // Where each part will come from, and what the first run will fetch or build before it starts.
+  try {
+    const outlook = await setupOutlook();
+    out.push(`kernel: ${outlook.sources.kernel}`);
+    out.push(`agent: ${outlook.sources.agent}`);
+    out.push(`base root filesystem: ${outlook.sources.base}`);
+    const todo = [...outlook.fetch.map((f) => `fetch ${f}`), ...outlook.build.map((b) => `build the ${b} from source`)];
+    out.push(todo.length ? `first run will: ${todo.join('; ')}` : 'first run will: nothing to fetch or build (all stored)');
+    if (outlook.blocker) out.push(`setup cannot start: ${outlook.blocker.code}: ${outlook.blocker.message}`);
+  } catch (err) {
+    out.push(`setup outlook: ${(err as Error).message}`);
+  }
   const missing = missingPackages(['agent', 'kernel', 'rootfs']);
-  out.push(missing.length ? `setup tools missing: apt-get install ${missing.join(' ')}` : 'setup tools: all present');
+  out.push(missing.length ? `tools to build from source missing: apt-get install ${missing.join(' ')}` : 'tools to build from source: all present');
   const passt = findPasst();
   out.push(passt ? `network backend: passt (${passt})` : 'network backend: passt missing: apt-get install passt (sandboxes need it unless created with network: false)');
   const kernel = process.env.TORPOR_KERNEL;

@@ -7,14 +7,22 @@ import { runTemplate } from './template.js';
 export const USAGE = `usage: torpor <command> [options]
 
 commands:
-  setup [--kernel PATH | --own-kernel] [--json] [--verify] [--install-deps [--dry-run]]
-      Build (once) and store what Linux sandboxes boot from: the guest kernel,
-      the base root filesystem (Debian bookworm, needs root) and the guest agent.
-      --kernel PATH  use this kernel instead of building ours (vmlinux ELF or a
-                     64-bit bzImage); remembered for later runs. TORPOR_KERNEL=PATH
+  setup [--kernel PATH | --own-kernel] [--base-image REF | --debian-base] [--json] [--verify]
+        [--install-deps [--dry-run]]
+      Fetch or build (once) and store what Linux sandboxes boot from: the guest
+      kernel and agent (prebuilt from @torpor/kernel-linux-x64 when installed,
+      else built from source) and the base root filesystem (from a container
+      image, no root; else Debian bookworm through mmdebstrap, as root).
+      --kernel PATH  use this kernel instead of ours (vmlinux ELF or a 64-bit
+                     bzImage); remembered for later runs. TORPOR_KERNEL=PATH
                      does the same for one run.
       --own-kernel   forget a remembered --kernel and use torpor's own kernel again
-      --json         print {"kernel","rootfs","agent","host"} at the end
+      --base-image REF  make the base root filesystem from this container image
+                     (pin it by digest); remembered for later runs, as is
+                     TORPOR_BASE_IMAGE=REF when setup runs with it
+      --debian-base  forget a remembered base image: Debian packages again
+      --json         print {"kernel","rootfs","agent","host",...} at the end: also
+                     where each came from and what was built or fetched
       --verify       hash every stored artifact in full (default: size, mtime, header)
       --install-deps first install the missing Debian packages of
                      deps/debian-packages.txt (apt-get update, apt-get install;
@@ -33,7 +41,9 @@ commands:
       Remove a template (refused while sandboxes use it, unless --force: its
       files then stay until nothing uses them).
   doctor
-      Report what this host offers: /dev/kvm, KVM capabilities, hardware or PVM.
+      Report what this host offers (/dev/kvm, KVM capabilities, hardware or PVM),
+      where the kernel, agent and base root filesystem will come from, and what
+      the first run will fetch or build.
   --help
       This text.
 
@@ -41,6 +51,9 @@ environment:
   TORPOR_HOME     where artifacts, templates and sandboxes live
                   (default $XDG_DATA_HOME/torpor or ~/.local/share/torpor)
   TORPOR_KERNEL   a guest kernel to use instead of ours (required for Linux guests on PVM hosts)
+  TORPOR_BASE_IMAGE  a container image to make the base root filesystem from (no root)
+  TORPOR_KERNEL_PACKAGE=0  build the kernel and agent from source even where the
+                  prebuilt package is installed
 `;
 
 export async function main(argv: string[]): Promise<number> {

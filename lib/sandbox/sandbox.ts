@@ -878,7 +878,14 @@ export function tailText(machine: Machine): string {
  *  to check or build the same store entries. */
 const inFlight = new Map<string, ReturnType<typeof ensureArtifactsOnce>>();
 function ensureArtifactsOnce(kernel: string | undefined) {
-  return import('../setup/artifacts.js').then(({ ensureArtifacts }) => ensureArtifacts(kernel ? { kernel } : {}));
+  return Promise.all([import('../setup/artifacts.js'), import('../setup/progress.js')]).then(([{ ensureArtifacts }, { streamProgress }]) => {
+    // A first create that fetches or builds (a download, an image, minutes without a prebuilt
+    // kernel) says so on stderr, as `torpor setup` does; one that finds everything stored
+    // prints nothing. TORPOR_SETUP_PROGRESS=0 silences it.
+    const sink = process.env.TORPOR_SETUP_PROGRESS === '0' ? undefined : streamProgress(process.stderr);
+    const onProgress = sink && ((e: Parameters<typeof sink>[0]) => e.status !== 'cached' && sink(e));
+    return ensureArtifacts({ ...(kernel ? { kernel } : {}), ...(onProgress ? { onProgress } : {}) });
+  });
 }
 type Resolved = Awaited<ReturnType<typeof ensureArtifactsOnce>>;
 

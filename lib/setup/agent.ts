@@ -21,14 +21,23 @@ export interface AgentArtifact {
 /** Where `make -C guest/agent` puts the static guest binary. */
 export const AGENT_MAKE_OUTPUT = join(agentDir, 'out', 'torpor-agent-static');
 
+/** A prebuilt agent, and (from the kernel package's release record) the hash it must have. */
+export interface PrebuiltAgent {
+  path: string;
+  /** The copy stored must have this hash; otherwise `refuse` is thrown and nothing is stored. */
+  expect?: { sha256: string; refuse: (got: string) => TorporError };
+}
+
 /** Hashes `source` and stores a copy of it as the agent artifact. */
-async function storeAgent(source: string, root: string, verify: boolean, onProgress?: ProgressSink): Promise<AgentArtifact> {
+async function storeAgent(prebuilt: PrebuiltAgent, root: string, verify: boolean, onProgress?: ProgressSink): Promise<AgentArtifact> {
+  const source = prebuilt.path;
   let hash: string;
   try {
     hash = await sha256File(source);
   } catch (err) {
     throw new TorporError('SETUP_FAILED', `the guest agent binary ${source} is missing: ${(err as Error).message}`, { cause: err });
   }
+  if (prebuilt.expect && hash !== prebuilt.expect.sha256) throw prebuilt.expect.refuse(hash);
   const artifact = await ensureArtifact(
     {
       kind: 'agent',
@@ -51,10 +60,10 @@ async function storeAgent(source: string, root: string, verify: boolean, onProgr
 
 /**
  * Brings the agent up to date (make is incremental: a no-op costs milliseconds)
- * unless `prebuilt` names a binary to use, then stores a copy.
+ * unless `prebuilt` names a binary to use (TORPOR_AGENT, the kernel package's), then stores a copy.
  */
-export async function ensureAgent(root: string, verify: boolean, prebuilt?: string, onProgress?: ProgressSink): Promise<AgentArtifact> {
-  if (prebuilt) return storeAgent(prebuilt, root, verify, onProgress);
+export async function ensureAgent(root: string, verify: boolean, prebuilt?: string | PrebuiltAgent, onProgress?: ProgressSink): Promise<AgentArtifact> {
+  if (prebuilt) return storeAgent(typeof prebuilt === 'string' ? { path: prebuilt } : prebuilt, root, verify, onProgress);
   // Two torpor processes running make at once could each hash a binary the
   // other is still writing: make, hash and copy under one lock (kept in the store).
   await mkdir(root, { recursive: true });
@@ -63,7 +72,7 @@ export async function ensureAgent(root: string, verify: boolean, prebuilt?: stri
     await runScript('make', ['-s', '-C', agentDir, 'out/torpor-agent-static'], {
       what: 'building the guest agent (make -C guest/agent)',
     });
-    return await storeAgent(AGENT_MAKE_OUTPUT, root, verify, onProgress);
+    return await storeAgent({ path: AGENT_MAKE_OUTPUT }, root, verify, onProgress);
   } finally {
     await lock.release();
   }

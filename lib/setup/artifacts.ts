@@ -6,13 +6,16 @@ import { mkdir, open, readFile, rename } from 'node:fs/promises';
 import { TorporError } from '../errors.js';
 import { checkArtifact, artifactDir, artifactKey, storeError } from '../store/artifact.js';
 import { homeLayout, torporHome } from '../store/home.js';
-import { ensureAgent } from './agent.js';
+import { ensureAgent, type PrebuiltAgent } from './agent.js';
+import { BASE_RECORD, baseImageRef, baseRelease, ensureImageBase, imageBaseIsCached } from './base-image.js';
 import { detectHost, type HostKind } from './host.js';
 import { builtKernel, builtKernelSpec, suppliedKernel, type KernelArtifact } from './kernel.js';
 import { inspectKernel, type KernelFormat } from './kernel-format.js';
+import { kernelPackage, packagedAgent, packagedKernel, type KernelPackage } from './kernel-package.js';
 import type { PhaseName, ProgressSink } from './progress.js';
-import { baseIsCached, ensureRootfs } from './rootfs.js';
-import { toolsError } from './tools.js';
+import { baseIsCached, ensureRootfs, ensureRootfsUnshare, userBaseIsCached } from './rootfs.js';
+import { unshareBlocker } from './unshare.js';
+import { toolsError, type ToolSet } from './tools.js';
 
 export interface EnsureArtifactsOptions {
   /** Torpor home (default torporHome()). */
@@ -23,8 +26,17 @@ export interface EnsureArtifactsOptions {
   recordKernel?: boolean;
   /** Forget a remembered kernel and go back to ours (`torpor setup --own-kernel`). */
   forgetKernel?: boolean;
-  /** A prebuilt static agent instead of `make -C guest/agent` (default: $TORPOR_AGENT). */
+  /** A prebuilt static agent instead of `make -C guest/agent` (default: $TORPOR_AGENT, then the kernel package's). */
   agent?: string;
+  /**
+   * The base root filesystem from this container image (pulled, no root needed) instead of
+   * Debian packages through mmdebstrap (root). Default: $TORPOR_BASE_IMAGE. Pin it by digest.
+   */
+  baseImage?: string;
+  /** Remember the base image for later runs (what `torpor setup` does when one is given). */
+  recordBaseImage?: boolean;
+  /** Forget a remembered base image and go back to the Debian build (`torpor setup --debian-base`). */
+  forgetBaseImage?: boolean;
   /** Hash every artifact in full instead of the cheap size/mtime/header check. */
   verify?: boolean;
   onProgress?: ProgressSink;
@@ -39,11 +51,17 @@ export interface Artifacts {
 
 export interface SetupReport extends Artifacts {
   kernelFormat: KernelFormat;
-  kernelOrigin: 'built' | 'supplied';
+  kernelOrigin: 'built' | 'package' | 'supplied';
+  /** Where the base root filesystem came from: the image reference, or 'debian' (mmdebstrap). */
+  baseSource: string;
   /** False on a PVM host without a supplied kernel: our kernel cannot run Linux guests there. */
   linuxBootable: boolean;
-  /** Phases that built something in this call. */
+  /** Phases that built something from source in this call (compiled, or mmdebstrap). */
   built: PhaseName[];
+  /** Parts fetched or made from prebuilt inputs in this call: the kernel package's kernel and agent, the base image. */
+  fetched: string[];
+  /** Where each part comes from, and why (what `torpor doctor` prints). */
+  sources: { kernel: string; agent: string; base: string };
   /** Things the user must know (what is missing to run Linux guests here). */
   notes: string[];
 }
@@ -51,6 +69,9 @@ export interface SetupReport extends Artifacts {
 /** What `torpor setup --kernel` remembers under TORPOR_HOME/setup.json. */
 interface SetupRecord {
   kernel?: { source: string; sha256: string; format: KernelFormat };
+  /** The base image setup made the root filesystem from (TORPOR_BASE_IMAGE when setup ran), so that
+   *  later runs (Sandbox.create without the variable) keep using it. */
+  baseImage?: string;
 }
 
 /** setup.json as written by writeRecord; anything else in it (hand-edited, truncated) is ignored, not trusted. */
@@ -71,9 +92,19 @@ async function readRecord(path: string): Promise<SetupRecord> {
     /^[0-9a-f]{64}$/.test(kernel.sha256) &&
     (kernel.format === 'elf-pvh' || kernel.format === 'elf-64' || kernel.format === 'bzimage')
   ) {
-    return { kernel: { source: kernel.source, sha256: kernel.sha256, format: kernel.format } };
+    return { kernel: { source: kernel.source, sha256: kernel.sha256, format: kernel.format }, ...baseImageOf(parsed) };
   }
-  return {};
+  return baseImageOf(parsed);
+}
+
+function baseImageOf(parsed: unknown): Pick<SetupRecord, 'baseImage'> {
+  const ref = (parsed as SetupRecord | null)?.baseImage;
+  if (typeof ref !== 'string' || ref === '') return {};
+  try {
+    return { baseImage: baseImageRef(ref) };
+  } catch {
+    return {};
+  }
 }
 
 /** Replaces setup.json atomically and durably: a crash leaves the old record or the new one. */
@@ -112,11 +143,23 @@ interface SetupPlan {
   record: SetupRecord;
   explicitKernel: string | undefined;
   supplied: string | undefined;
-  prebuiltAgent: string | undefined;
+  prebuiltAgent: string | PrebuiltAgent | undefined;
+  /** The prebuilt kernel and agent (an installed, recorded kernel package), when they apply. */
+  kernelPkg: KernelPackage | undefined;
   kernelSpec: Awaited<ReturnType<typeof builtKernelSpec>> | undefined;
-  /** Phases whose artifacts are missing (the agent is always checked: it is cheap). */
+  /** The base image to pull, or undefined for the Debian build. */
+  baseImage: string | undefined;
+  /** The base image was asked for now (option or TORPOR_BASE_IMAGE), not recorded or a default. */
+  baseAsked: boolean;
+  /** Phases that must build from source (the agent is always checked: it is cheap). */
   needed: PhaseName[];
+  /** What must be fetched or made without a build: the kernel package's copy, the base image. */
+  fetch: string[];
   baseCached: boolean;
+  /** The Debian base is built without root (mmdebstrap's unshare mode). */
+  unshare: boolean;
+  /** For doctor and setup: where each part comes from, and why. */
+  sources: { kernel: string; agent: string; base: string };
 }
 
 /** Reads the store; builds and writes nothing (a --own-kernel is applied to the plan only). */
@@ -127,15 +170,102 @@ async function planSetup(options: EnsureArtifactsOptions, progress?: ProgressSin
   const record = await readRecord(layout.setupRecord);
   const explicitKernel = options.kernel ?? process.env.TORPOR_KERNEL;
   const supplied = explicitKernel ?? (options.forgetKernel ? undefined : record.kernel?.source);
-  const prebuiltAgent = options.agent ?? process.env.TORPOR_AGENT;
   const needed: PhaseName[] = [];
-  const kernelSpec = supplied ? undefined : await builtKernelSpec(progress);
-  if (kernelSpec && !(await isCached(root, kernelSpec.kind, kernelSpec.inputs, kernelSpec.files, verify))) {
-    needed.push('kernel');
+  const fetch: string[] = [];
+  // The kernel package: unless a kernel is supplied or TORPOR_KERNEL_PACKAGE=0 asks to build.
+  const pkg = supplied || process.env.TORPOR_KERNEL_PACKAGE === '0' ? undefined : kernelPackage();
+  const kernelPkg = pkg && 'found' in pkg ? pkg.found : undefined;
+  const userAgent = options.agent ?? process.env.TORPOR_AGENT;
+  const prebuiltAgent: string | PrebuiltAgent | undefined = userAgent ?? (kernelPkg ? packagedAgent(kernelPkg) : undefined);
+  let kernelSource: string;
+  let kernelSpec: SetupPlan['kernelSpec'];
+  if (supplied) {
+    kernelSource = `supplied: ${supplied}${explicitKernel ? '' : ' (recorded by torpor setup --kernel)'}`;
+  } else if (kernelPkg) {
+    const { release } = kernelPkg;
+    const stored = await isCached(root, 'kernel-package', { sha256: release.kernel.sha256 }, ['vmlinux'], verify);
+    if (!stored) fetch.push(`the kernel from ${release.package}@${release.version} (copied into the store after its sha256 is checked)`);
+    kernelSource = `prebuilt: ${release.package}@${release.version}, Linux ${release.kernel.linux} (${kernelPkg.dir}; sha256 ${release.kernel.sha256.slice(0, 12)}, as released)`;
+  } else {
+    kernelSpec = await builtKernelSpec(progress);
+    if (!(await isCached(root, kernelSpec.kind, kernelSpec.inputs, kernelSpec.files, verify))) needed.push('kernel');
+    const why = pkg && 'missing' in pkg ? pkg.missing : 'TORPOR_KERNEL_PACKAGE=0';
+    kernelSource = `built from source (guest/kernel: Linux 6.1 and torpor.config; several minutes, needs a compiler): ${why}`;
   }
-  const baseCached = await baseIsCached(root, verify);
-  if (!baseCached) needed.push('rootfs');
-  return { layout, root, verify, record, explicitKernel, supplied, prebuiltAgent, kernelSpec, needed, baseCached };
+  const agentSource = userAgent
+    ? `supplied: ${userAgent}`
+    : kernelPkg
+      ? `prebuilt: ${kernelPkg.release.package}@${kernelPkg.release.version} (sha256 ${kernelPkg.release.agent.sha256.slice(0, 12)}, as released)`
+      : 'built from source (make -C guest/agent: musl-gcc)';
+  // The base: asked for now, else what an earlier setup recorded, else the image this release
+  // names (base-image.json), else the Debian build. --debian-base skips the last two.
+  const asked = baseImageRef(options.baseImage);
+  const released = options.forgetBaseImage ? undefined : baseRelease();
+  const baseImage = asked ?? (options.forgetBaseImage ? undefined : record.baseImage) ?? released?.reference;
+  let baseCached: boolean;
+  let baseSource: string;
+  /** Debian base without root: null when unshare mode will build it, a reason when it cannot, undefined when not asked. */
+  let unshareWhy: string | null | undefined;
+  if (baseImage) {
+    // Whether it is stored depends on the agent's hash: known without building only for a
+    // prebuilt agent; a built one is checked when the agent phase has run (setup reports it).
+    const agentSha = typeof prebuiltAgent === 'object' ? prebuiltAgent.expect?.sha256 : undefined;
+    baseCached = agentSha !== undefined && (await imageBaseIsCached(root, baseImage, agentSha, verify));
+    const size = baseImage === released?.reference ? `, ${(released.layer.size / 2 ** 20).toFixed(0)} MiB to download` : '';
+    if (!baseCached) fetch.push(`the base image ${baseImage} (pulled${size}, then written as ext4 with mke2fs -d; no root)`);
+    const from = asked
+      ? options.baseImage
+        ? 'asked for'
+        : 'TORPOR_BASE_IMAGE'
+      : record.baseImage === baseImage
+        ? 'recorded by torpor setup'
+        : `torpor's default, named by its ${BASE_RECORD}`;
+    baseSource = `container image ${baseImage} (${from}): pulled and made into ext4 without root`;
+  } else {
+    baseCached = await baseIsCached(root, verify);
+    // Without root, and with no root-built base stored, mmdebstrap's unshare mode where this
+    // host allows it (a base made that way is keyed by the agent too: see imageBase above).
+    unshareWhy = baseCached || isRoot() ? undefined : (unshareBlocker() ?? null);
+    if (unshareWhy === null) {
+      const agentSha = typeof prebuiltAgent === 'object' ? prebuiltAgent.expect?.sha256 : undefined;
+      baseCached = agentSha !== undefined && (await userBaseIsCached(root, agentSha, verify));
+    }
+    if (!baseCached) needed.push('rootfs');
+    const why = options.forgetBaseImage
+      ? 'asked for (--debian-base)'
+      : `no TORPOR_BASE_IMAGE is set and this torpor names no default image (no ${BASE_RECORD}: a checkout, not a release)`;
+    baseSource =
+      unshareWhy === null
+        ? `Debian bookworm from this host's apt sources (mmdebstrap's unshare mode: no root, user namespaces; guest/image/build.sh --tar), made into ext4 without root: ${why}`
+        : "Debian bookworm from this host's apt sources (mmdebstrap, as root: guest/image/build.sh): " +
+          why +
+          (unshareWhy ? `; not without root here: ${unshareWhy}` : '') +
+          '; set TORPOR_BASE_IMAGE (pinned by digest) to make it without root';
+  }
+  return {
+    layout,
+    root,
+    verify,
+    record,
+    explicitKernel,
+    supplied,
+    prebuiltAgent,
+    kernelPkg,
+    kernelSpec,
+    baseImage,
+    baseAsked: asked !== undefined,
+    needed,
+    fetch,
+    baseCached,
+    unshare: unshareWhy === null,
+    sources: { kernel: kernelSource, agent: agentSource, base: baseSource },
+  };
+}
+
+/** The host tools this plan uses: a build's for each phase built from source, the image pipeline's for a base image. */
+function toolSetsOf(plan: SetupPlan): ToolSet[] {
+  const needed = plan.needed.map((p): ToolSet => (p === 'rootfs' && plan.unshare ? 'rootfs-user' : p));
+  return [...(plan.prebuiltAgent ? [] : (['agent'] as const)), ...needed, ...(plan.baseImage ? (['image'] as const) : [])];
 }
 
 /**
@@ -145,16 +275,17 @@ async function planSetup(options: EnsureArtifactsOptions, progress?: ProgressSin
  */
 function blockersOf(plan: SetupPlan): TorporError[] {
   const blockers: TorporError[] = [];
-  const missing = toolsError(plan.prebuiltAgent ? plan.needed : ['agent', ...plan.needed]);
+  const missing = toolsError(toolSetsOf(plan));
   if (missing) blockers.push(missing);
-  if (!plan.baseCached && !isRoot()) {
+  if (!plan.baseImage && !plan.baseCached && !plan.unshare && !isRoot()) {
     blockers.push(
       new TorporError(
         'PERMISSION_DENIED',
         'building the root filesystem needs root (mmdebstrap creates files owned by root; mkfs.ext4 -d copies ' +
           `ownership as found). Build it once as root into this TORPOR_HOME, then take it back: ` +
           `sudo env TORPOR_HOME=${plan.layout.root} npx torpor setup && sudo chown -R "$(id -u):$(id -g)" ${plan.layout.root} ` +
-          "(plain `sudo npx torpor setup` would build into root's own home instead). Later runs as you reuse the image.",
+          "(plain `sudo npx torpor setup` would build into root's own home instead). Later runs as you reuse the image. " +
+          'Or, without root: TORPOR_BASE_IMAGE=<an image reference, pinned by digest> makes the base from a container image.',
       ),
     );
   }
@@ -180,6 +311,25 @@ export async function setupBlocker(options: EnsureArtifactsOptions = {}): Promis
   return blockers.length ? oneError(blockers) : null;
 }
 
+/** What the first run (or the next setup) will do here, before it does it: `torpor doctor`. */
+export interface SetupOutlook {
+  sources: { kernel: string; agent: string; base: string };
+  /** Parts to fetch or make from prebuilt inputs. */
+  fetch: string[];
+  /** Phases to build from source. */
+  build: PhaseName[];
+  /** Why setup would not start here, or null. */
+  /** The host tool sets setup will use (tools.ts): what `--install-deps` installs packages for. */
+  tools: ToolSet[];
+  blocker: TorporError | null;
+}
+
+export async function setupOutlook(options: EnsureArtifactsOptions = {}): Promise<SetupOutlook> {
+  const plan = await planSetup(options);
+  const blockers = blockersOf(plan);
+  return { sources: plan.sources, fetch: plan.fetch, build: plan.needed, tools: toolSetsOf(plan), blocker: blockers.length ? oneError(blockers) : null };
+}
+
 export async function ensureArtifacts(options: EnsureArtifactsOptions = {}): Promise<SetupReport> {
   const progress = options.onProgress;
   const layout = homeLayout(options.home ?? torporHome());
@@ -196,19 +346,24 @@ export async function ensureArtifacts(options: EnsureArtifactsOptions = {}): Pro
   // about all of it in one message, before a five-minute kernel build. (Adding a
   // changed agent to the image needs only debugfs, checked with the agent phase.)
   const plan = await planSetup(options, progress);
-  const { root, verify, record, explicitKernel, supplied, prebuiltAgent, kernelSpec } = plan;
+  const { root, verify, record, explicitKernel, supplied, prebuiltAgent, kernelSpec, kernelPkg, baseImage } = plan;
   const blockers = blockersOf(plan);
   if (blockers.length) throw oneError(blockers);
-  if (options.forgetKernel && record.kernel) {
-    delete record.kernel;
+  if ((options.forgetKernel && record.kernel) || (options.forgetBaseImage && record.baseImage)) {
+    if (options.forgetKernel) delete record.kernel;
+    if (options.forgetBaseImage) delete record.baseImage;
     await writeRecord(layout.setupRecord, record);
   }
 
   const built: PhaseName[] = [];
+  const fetched: string[] = [];
   const agentStart = Date.now();
   const agent = await ensureAgent(root, verify, prebuiltAgent, progress);
   progress?.({ phase: 'agent', status: agent.artifact.built ? 'done' : 'cached', message: agent.path, elapsedMs: Date.now() - agentStart });
-  if (agent.artifact.built) built.push('agent');
+  if (agent.artifact.built) {
+    if (prebuiltAgent) fetched.push(kernelPkg && !options.agent && !process.env.TORPOR_AGENT ? `agent (${kernelPkg.release.package})` : 'agent (supplied)');
+    else built.push('agent');
+  }
 
   // The kernel build is CPU-bound, the image build mostly I/O and downloads: overlap them.
   const kernelPromise = (async (): Promise<KernelArtifact> => {
@@ -223,6 +378,8 @@ export async function ensureArtifacts(options: EnsureArtifactsOptions = {}): Pro
           kernel: { source: options.kernel, sha256: kernel.sha256, format: kernel.info.format },
         });
       }
+    } else if (kernelPkg) {
+      kernel = await packagedKernel(kernelPkg, root, verify);
     } else {
       kernel = await builtKernel(root, verify, progress, kernelSpec);
     }
@@ -232,14 +389,24 @@ export async function ensureArtifacts(options: EnsureArtifactsOptions = {}): Pro
       message: `${kernel.path} (${kernel.origin}, ${kernel.info.format})`,
       elapsedMs: Date.now() - t0,
     });
-    if (kernel.artifact.built) built.push('kernel');
+    if (kernel.artifact.built) {
+      if (kernel.origin === 'built') built.push('kernel');
+      else fetched.push(kernel.origin === 'package' ? `kernel (${kernelPkg!.release.package})` : 'kernel (supplied)');
+    }
     return kernel;
   })();
   const rootfsPromise = (async () => {
     const t0 = Date.now();
-    const rootfs = await ensureRootfs(root, agent, verify, progress);
+    const rootfs = baseImage
+      ? await ensureImageBase(layout.root, root, baseImage, agent, verify, progress)
+      : plan.unshare
+        ? await ensureRootfsUnshare(layout.root, root, agent, verify, progress)
+        : await ensureRootfs(root, agent, verify, progress);
     progress?.({ phase: 'rootfs', status: rootfs.artifact.built ? 'done' : 'cached', message: rootfs.path, elapsedMs: Date.now() - t0 });
-    if (rootfs.artifact.built) built.push('rootfs');
+    if (rootfs.artifact.built) {
+      if (baseImage) fetched.push(`base image (${baseImage})`);
+      else built.push('rootfs');
+    }
     return rootfs;
   })();
   const [kernelResult, rootfsResult] = await Promise.allSettled([kernelPromise, rootfsPromise]);
@@ -247,9 +414,15 @@ export async function ensureArtifacts(options: EnsureArtifactsOptions = {}): Pro
   if (rootfsResult.status === 'rejected') throw rootfsResult.reason;
   const kernel = kernelResult.value;
   const rootfs = rootfsResult.value;
+  // Only a choice is recorded: torpor's default is read from its release each time, so an
+  // upgrade that names a new default takes it.
+  if (baseImage && plan.baseAsked && options.recordBaseImage && record.baseImage !== baseImage) {
+    // Read again: the kernel phase may have recorded a --kernel meanwhile.
+    await writeRecord(layout.setupRecord, { ...(await readRecord(layout.setupRecord)), baseImage });
+  }
 
   const notes: string[] = [];
-  const linuxBootable = !(host.kind === 'pvm' && kernel.origin === 'built');
+  const linuxBootable = !(host.kind === 'pvm' && kernel.origin !== 'supplied');
   if (!linuxBootable) notes.push(PVM_KERNEL_NOTE);
   if (!host.kvm) notes.push('/dev/kvm does not exist on this host: artifacts are built, but no machine can start here.');
 
@@ -260,8 +433,11 @@ export async function ensureArtifacts(options: EnsureArtifactsOptions = {}): Pro
     host: host.kind,
     kernelFormat: kernel.info.format,
     kernelOrigin: kernel.origin,
+    baseSource: baseImage ?? 'debian',
     linuxBootable,
     built,
+    fetched,
+    sources: plan.sources,
     notes,
   };
 }

@@ -1,6 +1,7 @@
-// The Debian packages torpor needs, from the one list in deps/debian-packages.txt
-// (also read by .ci/run and quoted in the README), which of them are missing here,
-// and the apt-get commands that install exactly those (`torpor setup --install-deps`).
+// The Debian packages torpor needs: the user's list (deps/debian-packages.txt, quoted in the
+// README) and the developer's (deps/debian-packages-dev.txt: builds from source, tests), both
+// installed by .ci/run; which of them are missing here, and the apt-get commands that install
+// exactly those (`torpor setup --install-deps`).
 import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -9,6 +10,7 @@ import { TorporError } from '../errors.js';
 import { packageRoot } from './paths.js';
 
 export const DEBIAN_PACKAGES_FILE = join(packageRoot, 'deps', 'debian-packages.txt');
+export const DEVELOPER_PACKAGES_FILE = join(packageRoot, 'deps', 'debian-packages-dev.txt');
 
 /** The list's packages, in file order ('#' comments and blank lines dropped). */
 export function debianPackages(file: string = DEBIAN_PACKAGES_FILE): string[] {

@@ -24,8 +24,9 @@ const EXPECTED_BUILD_STEPS = 1330;
 export interface KernelArtifact {
   path: string;
   info: KernelInfo;
-  /** 'built': ours, from guest/kernel; 'supplied': the user's, copied into the store. */
-  origin: 'built' | 'supplied';
+  /** 'built': ours, from guest/kernel; 'package': ours, prebuilt (lib/setup/kernel-package.ts);
+   *  'supplied': the user's, copied into the store. */
+  origin: 'built' | 'package' | 'supplied';
   sha256: string;
   artifact: ArtifactResult;
 }

@@ -5,10 +5,14 @@
 //   rootfs: that image plus the agent at /usr/sbin/torpor-agent
 //     (guest/image/add-agent.sh; no root, under a second), keyed by the base's
 //     key and the agent's hash.
-import { copyFile, readdir, readFile, stat } from 'node:fs/promises';
+import { copyFile, link, readdir, readFile, rename, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 
 import { TorporError } from '../errors.js';
+import { fetchImage } from '../image/index.js';
+import { writeOneLayerLayout } from '../image/layout-writer.js';
+import { imageRootfs, ROOTFS_FORMAT } from '../image/rootfs.js';
+import type { ImageProgress } from '../image/types.js';
 import { artifactDir, artifactKey, checkArtifact, ensureArtifact, type ArtifactOptions, type ArtifactResult } from '../store/artifact.js';
 import { debianVersion } from './host-info.js';
 import { imageDir } from './paths.js';
@@ -115,6 +119,22 @@ function storeOptions(root: string, verify: boolean, onProgress: ProgressSink | 
   };
 }
 
+/** guest/image/build.sh with `args`, its mmdebstrap lines reported as rough percentages. */
+async function runBuildScript(args: string[], what: string, started: number, onProgress: ProgressSink | undefined): Promise<void> {
+  let percent = 0;
+  await runScript(join(imageDir, 'build.sh'), args, {
+    what,
+    onLine: (line) => {
+      for (const [re, p, label] of stages) {
+        if (p > percent && re.test(line)) {
+          percent = p;
+          onProgress?.({ phase: 'rootfs', status: 'step', percent, message: label, elapsedMs: Date.now() - started });
+        }
+      }
+    },
+  });
+}
+
 export async function ensureRootfs(root: string, agent: { path: string; sha256: string }, verify: boolean, onProgress?: ProgressSink): Promise<RootfsArtifact> {
   const inputs = await baseInputs();
   const packages = imagePackages(inputs['build.sh']!);
@@ -126,18 +146,7 @@ export async function ensureRootfs(root: string, agent: { path: string; sha256: 
       files: BASE_FILES,
       build: async (dir) => {
         onProgress?.({ phase: 'rootfs', status: 'start', message: `Debian bookworm + ${packages.length} packages`, elapsedMs: 0 });
-        let percent = 0;
-        await runScript(join(imageDir, 'build.sh'), [dir], {
-          what: 'building the root filesystem',
-          onLine: (line) => {
-            for (const [re, p, label] of stages) {
-              if (p > percent && re.test(line)) {
-                percent = p;
-                onProgress?.({ phase: 'rootfs', status: 'step', percent, message: label, elapsedMs: Date.now() - started });
-              }
-            }
-          },
-        });
+        await runBuildScript([dir], 'building the root filesystem', started, onProgress);
       },
     },
     storeOptions(root, verify, onProgress, 'Debian base image'),
@@ -157,6 +166,63 @@ export async function ensureRootfs(root: string, agent: { path: string; sha256: 
       },
     },
     storeOptions(root, verify, onProgress, 'root filesystem'),
+  );
+  return { path: join(artifact.dir, 'rootfs.ext4'), artifact };
+}
+
+export const USER_BASE_FILES = ['rootfs.ext4', 'packages.txt'];
+
+async function userBaseInputs(agentSha256: string): Promise<Record<string, string>> {
+  return { ...(await baseInputs()), agent: agentSha256, format: String(ROOTFS_FORMAT) };
+}
+
+/** True when the Debian base made without root, with this agent, is stored. */
+export async function userBaseIsCached(root: string, agentSha256: string, verify: boolean): Promise<boolean> {
+  const key = artifactKey('rootfs-user', await userBaseInputs(agentSha256));
+  return (await checkArtifact(artifactDir(root, 'rootfs-user', key), key, USER_BASE_FILES, verify)).ok;
+}
+
+/**
+ * The Debian base made without root: guest/image/build.sh --tar in mmdebstrap's unshare mode
+ * (user namespaces; its tarball is the root mode's, bit for bit), then the container-image
+ * pipeline (one-layer OCI layout, flattened, `mke2fs -d`, the agent injected) as any image is.
+ * Keyed by the Debian base's own inputs and the agent.
+ */
+export async function ensureRootfsUnshare(
+  home: string,
+  root: string,
+  agent: { path: string; sha256: string },
+  verify: boolean,
+  onProgress?: ProgressSink,
+): Promise<RootfsArtifact> {
+  const inputs = await userBaseInputs(agent.sha256);
+  const packages = imagePackages(inputs['build.sh']!);
+  const started = Date.now();
+  const artifact = await ensureArtifact(
+    {
+      kind: 'rootfs-user',
+      inputs,
+      files: USER_BASE_FILES,
+      build: async (dir) => {
+        onProgress?.({ phase: 'rootfs', status: 'start', message: `Debian bookworm + ${packages.length} packages (mmdebstrap's unshare mode, no root)`, elapsedMs: 0 });
+        const work = join(dir, 'build');
+        await runBuildScript(['--tar', work], 'building the root filesystem (unshare mode)', started, onProgress);
+        const layout = join(work, 'layout');
+        // gzip -1: the layer is read once, right here; its size matters less than the time.
+        await writeOneLayerLayout(join(work, 'base.tar'), layout, { tag: 'base', gzipLevel: 1, createdBy: 'torpor guest/image/build.sh --tar (unshare mode)' });
+        await rm(join(work, 'base.tar'));
+        const progress = (p: ImageProgress): void => {
+          if (p.phase !== 'download') onProgress?.({ phase: 'rootfs', status: 'step', percent: 95, message: `${p.phase}: ${p.message}`, elapsedMs: Date.now() - started });
+        };
+        const image = await fetchImage({ ociLayout: layout }, { home, onProgress: progress });
+        const made = await imageRootfs(image, { home, agent, onProgress: progress });
+        // The image pipeline keeps its copy under TORPOR_HOME: a hard link costs nothing.
+        await link(made.path, join(dir, 'rootfs.ext4')).catch(() => copyFile(made.path, join(dir, 'rootfs.ext4')));
+        await rename(join(work, 'packages.txt'), join(dir, 'packages.txt'));
+        await rm(work, { recursive: true, force: true });
+      },
+    },
+    storeOptions(root, verify, onProgress, 'Debian base image (unshare mode)'),
   );
   return { path: join(artifact.dir, 'rootfs.ext4'), artifact };
 }

@@ -14,7 +14,19 @@ interface Requirement {
 
 export const LINUX_SOURCE_TARBALL = '/usr/src/linux-source-6.1.tar.xz';
 
-const requirements: Record<PhaseName, Requirement[]> = {
+/** A setup phase; 'image': the base root filesystem made from a container image (no root, no
+ *  build); 'rootfs-user': the Debian base built without root (mmdebstrap's unshare mode). */
+export type ToolSet = PhaseName | 'image' | 'rootfs-user';
+
+/** mke2fs -d rootfs.tar (>= 1.47.1, lib/image/ext4.ts checks the version), debugfs for the
+ *  agent and xattrs; mke2fs reads the tarball through libarchive, loaded at run time. */
+const imagePipeline: Requirement[] = [
+  { need: 'mke2fs', pkg: 'e2fsprogs' },
+  { need: 'debugfs', pkg: 'e2fsprogs' },
+  { need: '/usr/lib/x86_64-linux-gnu/libarchive.so.13', pkg: 'libarchive13' },
+];
+
+const requirements: Record<ToolSet, Requirement[]> = {
   agent: [
     { need: 'make', pkg: 'make' },
     { need: 'cc', pkg: 'gcc' },
@@ -38,9 +50,13 @@ const requirements: Record<PhaseName, Requirement[]> = {
     // guest/image/build.sh detaches whatever a failed mmdebstrap left mounted before deleting its tree.
     { need: 'umount', pkg: 'mount' },
   ],
+  // The tree from mmdebstrap's unshare mode becomes ext4 through the image pipeline.
+  'rootfs-user': [{ need: 'mmdebstrap', pkg: 'mmdebstrap' }, { need: 'newuidmap', pkg: 'uidmap' }, ...imagePipeline],
+  image: imagePipeline,
 };
 
-function onPath(command: string, env: NodeJS.ProcessEnv): boolean {
+/** Whether `command` is an executable on PATH (or in the sbin directories). */
+export function onPath(command: string, env: NodeJS.ProcessEnv): boolean {
   // sbin directories too: mkfs.ext4 lives there and non-root PATHs often lack them.
   const dirs = (env.PATH ?? '').split(delimiter).concat(['/usr/sbin', '/sbin']);
   for (const dir of dirs) {
@@ -55,13 +71,13 @@ function onPath(command: string, env: NodeJS.ProcessEnv): boolean {
   return false;
 }
 
-/** Every Debian package a setup phase checks for (each must be in deps/debian-packages.txt). */
-export function toolPackages(): string[] {
-  return [...new Set(Object.values(requirements).flatMap((reqs) => reqs.map((r) => r.pkg)))].sort();
+/** Every Debian package these tool sets (default: all) check for (each is on deps/debian-packages.txt or -dev.txt). */
+export function toolPackages(sets: ToolSet[] = Object.keys(requirements) as ToolSet[]): string[] {
+  return [...new Set(sets.flatMap((set) => requirements[set].map((r) => r.pkg)))].sort();
 }
 
 /** The Debian packages missing for these phases (empty when all is there). */
-export function missingPackages(phases: PhaseName[], env: NodeJS.ProcessEnv = process.env): string[] {
+export function missingPackages(phases: ToolSet[], env: NodeJS.ProcessEnv = process.env): string[] {
   const missing = new Set<string>();
   for (const phase of phases) {
     for (const { need, pkg } of requirements[phase]) {
@@ -73,7 +89,7 @@ export function missingPackages(phases: PhaseName[], env: NodeJS.ProcessEnv = pr
 }
 
 /** One MISSING_TOOLS error naming every package to install for these phases, or null when nothing is missing. */
-export function toolsError(phases: PhaseName[], env: NodeJS.ProcessEnv = process.env): TorporError | null {
+export function toolsError(phases: ToolSet[], env: NodeJS.ProcessEnv = process.env): TorporError | null {
   const missing = missingPackages(phases, env);
   if (missing.length === 0) return null;
   return new TorporError(
@@ -84,7 +100,7 @@ export function toolsError(phases: PhaseName[], env: NodeJS.ProcessEnv = process
 }
 
 /** Throws one MISSING_TOOLS error naming every package to install. */
-export function requireTools(phases: PhaseName[], env: NodeJS.ProcessEnv = process.env): void {
+export function requireTools(phases: ToolSet[], env: NodeJS.ProcessEnv = process.env): void {
   const err = toolsError(phases, env);
   if (err) throw err;
 }

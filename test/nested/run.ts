@@ -88,7 +88,8 @@ async function homePaths(home: string, report: SetupReport, extra: string[] = []
   const layout = homeLayout(home);
   const dirs = [dirname(report.kernel), dirname(report.rootfs), dirname(report.agent), await baseArtifactDir(layout.artifacts), ...extra];
   // setup.json stays behind: a kernel it records (one built for a PVM host) is not what L1 must boot.
-  if (report.kernelOrigin !== 'built') {
+  // (A kernel from the installed kernel package is torpor's own, as released.)
+  if (report.kernelOrigin === 'supplied') {
     fail(
       NESTED_EXIT.setup,
       `this TORPOR_HOME boots a supplied kernel (${report.kernel}); the nested host runs torpor's own kernel: ` +
@@ -273,6 +274,10 @@ async function main(): Promise<number> {
   writeFileSync(join(run, 'command'), command + '\n');
   writeFileSync(join(run, 'home-paths'), (await homePaths(home, report, nodeImage ? [nodeImage] : [])).join('\n') + '\n');
   const env: Record<string, string> = { TORPOR_HOME: '/tmp/torpor-home', TORPOR_NESTED: '1', NESTED_STARTED_MS: String(Date.now()) };
+  // npm's cache on this host (L1 sees it read-only, and its own HOME is elsewhere): test/first-run
+  // publishes torpor's dependencies from it into the npm registry it starts, as it does here.
+  const npmCache = spawnSync('npm', ['config', 'get', 'cache'], { encoding: 'utf8' }).stdout?.trim();
+  if (npmCache) env.TORPOR_TEST_NPM_CACHE = npmCache;
   // The suite keeps what it finished in the run share, so a fresh L1 can go on after a wedge.
   if (resumable) {
     env.NESTED_SUITE_STATE = '/run/nested/suite-state.json';

@@ -16,6 +16,7 @@ export const KVM_FILES = [
   'agent-testvm',
   'api-e2b-linux',
   'exit-stages',
+  'first-run',
   'net-linux',
   'net-linux-bulk',
   'net-linux-pause',
@@ -56,6 +57,7 @@ export const LINUX_FILES: Record<string, number> = {
   'net-linux-bulk': 1,
   'net-linux-pause': 1,
   'template-linux': 4,
+  'first-run': 3,
 };
 
 const ANSI = /\x1b\[[0-9;]*m/g;
