@@ -206,10 +206,11 @@ async function planSetup(options: EnsureArtifactsOptions, progress?: ProgressSin
   let baseSource: string;
   /** Debian base without root: null when unshare mode will build it, a reason when it cannot, undefined when not asked. */
   let unshareWhy: string | null | undefined;
+  // A base made without root (an image's, unshare mode's) is keyed by the agent's hash too: known
+  // without building only for a prebuilt agent; a built one is checked when the agent phase has
+  // run (setup reports it).
+  const agentSha = typeof prebuiltAgent === 'object' ? prebuiltAgent.expect?.sha256 : undefined;
   if (baseImage) {
-    // Whether it is stored depends on the agent's hash: known without building only for a
-    // prebuilt agent; a built one is checked when the agent phase has run (setup reports it).
-    const agentSha = typeof prebuiltAgent === 'object' ? prebuiltAgent.expect?.sha256 : undefined;
     baseCached = agentSha !== undefined && (await imageBaseIsCached(root, baseImage, agentSha, verify));
     const size = baseImage === released?.reference ? `, ${(released.layer.size / 2 ** 20).toFixed(0)} MiB to download` : '';
     if (!baseCached) fetch.push(`the base image ${baseImage} (pulled${size}, then written as ext4 with mke2fs -d; no root)`);
@@ -224,12 +225,9 @@ async function planSetup(options: EnsureArtifactsOptions, progress?: ProgressSin
   } else {
     baseCached = await baseIsCached(root, verify);
     // Without root, and with no root-built base stored, mmdebstrap's unshare mode where this
-    // host allows it (a base made that way is keyed by the agent too: see imageBase above).
+    // host allows it.
     unshareWhy = baseCached || isRoot() ? undefined : (unshareBlocker() ?? null);
-    if (unshareWhy === null) {
-      const agentSha = typeof prebuiltAgent === 'object' ? prebuiltAgent.expect?.sha256 : undefined;
-      baseCached = agentSha !== undefined && (await userBaseIsCached(root, agentSha, verify));
-    }
+    if (unshareWhy === null) baseCached = agentSha !== undefined && (await userBaseIsCached(root, agentSha, verify));
     if (!baseCached) needed.push('rootfs');
     const why = options.forgetBaseImage
       ? 'asked for (--debian-base)'
