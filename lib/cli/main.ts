@@ -1,12 +1,40 @@
-// `torpor` command line: setup, template, doctor, help.
+// `torpor` command line: sandboxes (ls, info, exec, shell, logs, pause, kill, prune), setup,
+// template, doctor, help.
 import { TorporError } from '../errors.js';
 import { runDoctor } from './doctor.js';
+import { SANDBOX_COMMANDS } from './sandbox.js';
 import { runSetup } from './setup.js';
 import { runTemplate } from './template.js';
 
 export const USAGE = `usage: torpor <command> [options]
 
-commands:
+commands for sandboxes (any process's; a command that talks to the guest resumes a
+paused sandbox and pauses it again before it exits; one another live process runs is
+refused with SANDBOX_BUSY, naming that process):
+  ls [--state STATE[,STATE]] [--json]
+      The sandboxes under TORPOR_HOME: id, state, template, size, bytes on disk,
+      the owning process, when created and paused.
+  info ID [--json]
+      One sandbox: state and owner, template, resources, when created, paused and
+      resumed (from memory or from disk, and why), generation, bytes on disk.
+  exec ID [--user U] [--cwd DIR] [--env KEY=VALUE]... [--timeout-ms N] -- PROGRAM [ARGS...]
+      Run a program in the sandbox (an argv, no shell: -- bash -lc '...' for one),
+      its output streamed; exits with the program's status.
+  shell ID [--user U] [--cmd 'COMMAND']
+      An interactive login shell (or COMMAND) on a pty sized like this terminal.
+  logs ID PID [--from-offset N] [--timeout-ms N]
+      A process's kept output (the last 1 MiB per stream), then what it prints
+      until it ends, the timeout passes or Ctrl-C; exits with its status.
+  pause ID [--json]
+      Pause a sandbox whose owner died (a paused one is left as it is).
+  kill ID
+      Kill a sandbox and delete its directory.
+  prune [--older-than DURATION] [--templates] [--dry-run] [--json]
+      Kill sandboxes paused longer ago than DURATION (default 7d: 90s, 30m, 12h,
+      7d, 2w) and remove the automatic templates nothing uses (--templates: your
+      own unused templates too). Running sandboxes are never touched.
+
+other commands:
   setup [--kernel PATH | --own-kernel] [--base-image REF | --debian-base] [--json] [--verify]
         [--install-deps [--dry-run]]
       Fetch or build (once) and store what Linux sandboxes boot from: the guest
@@ -47,6 +75,9 @@ commands:
   --help
       This text.
 
+exit status: 0 done; 1 failed (the error's code and message on stderr); 2 bad usage;
+  exec, shell and logs: the guest program's status, or 125 when torpor itself failed.
+
 environment:
   TORPOR_HOME     where artifacts, templates and sandboxes live
                   (default $XDG_DATA_HOME/torpor or ~/.local/share/torpor)
@@ -58,7 +89,11 @@ environment:
 
 export async function main(argv: string[]): Promise<number> {
   const [command, ...rest] = argv;
+  // exec, shell and logs pass the guest program's status through: torpor's own failure must not look like one.
+  const failed = command === 'exec' || command === 'shell' || command === 'logs' ? 125 : 1;
   try {
+    const sandboxCommand = command !== undefined && Object.hasOwn(SANDBOX_COMMANDS, command) ? SANDBOX_COMMANDS[command] : undefined;
+    if (sandboxCommand) return await sandboxCommand(rest);
     switch (command) {
       case 'setup':
         return await runSetup(rest);
@@ -82,7 +117,7 @@ export async function main(argv: string[]): Promise<number> {
   } catch (err) {
     if (err instanceof TorporError) {
       process.stderr.write(`torpor: ${err.code}: ${err.message}\n`);
-      return err.code === 'INVALID_ARGUMENT' ? 2 : 1;
+      return err.code === 'INVALID_ARGUMENT' ? 2 : failed;
     }
     // A system error that no layer below turned into a TorporError: one line a
     // user can act on, not a stack trace (which stays one env var away).
@@ -96,7 +131,7 @@ export async function main(argv: string[]): Promise<number> {
             : '';
       const message = sys.message.startsWith(`${sys.code}:`) ? sys.message : `${sys.code}: ${sys.message}`;
       process.stderr.write(`torpor: ${message}${hint}\n`);
-      return 1;
+      return failed;
     }
     throw err;
   }

@@ -19,7 +19,8 @@ export interface ProgressEvent {
 
 export type ProgressSink = (event: ProgressEvent) => void;
 
-function formatBytes(n: number): string {
+/** 1536 -> "1.5 KiB": binary units, one decimal. */
+export function formatBytes(n: number): string {
   if (n >= 1 << 30) return `${(n / (1 << 30)).toFixed(1)} GiB`;
   if (n >= 1 << 20) return `${(n / (1 << 20)).toFixed(1)} MiB`;
   if (n >= 1 << 10) return `${(n / (1 << 10)).toFixed(1)} KiB`;

@@ -15,6 +15,8 @@ import { type SuiteState, distinctSkips, emptyState, readState, readWedges, resu
 export const KVM_FILES = [
   'agent-testvm',
   'api-e2b-linux',
+  'cli-linux',
+  'cli-sandbox',
   'exit-stages',
   'first-run',
   'net-linux',
@@ -48,6 +50,7 @@ export const KVM_FILES = [
 /** The Linux-guest files and how many tests each has today: fewer passing is a failure. */
 export const LINUX_FILES: Record<string, number> = {
   'vmm-linux': 1,
+  'cli-linux': 1,
   'vmm-linux-snapshot': 2,
   'sandbox-linux': 2,
   'sandbox-linux-pause': 4,
