@@ -3,7 +3,7 @@
 // setup builds from, deps/, docs/) and no build output; installed from the tarball into an
 // empty project with no compiler on PATH, it imports and `npx torpor doctor` runs.
 //
-// Size bound (written down here and in the README, *The package*): the tarball at most 1.5 MiB, 4 MiB
+// Size bound (written down here and in docs/development.md, *The package*): the tarball at most 1.5 MiB, 4 MiB
 // unpacked, 500 files. Measured: 0.8 MB packed, 2.3 MB unpacked, 300 files (dist/ and the
 // stripped prebuilds/linux-x64/torpor.node, 1 MB, included); before, `"files"` shipped native/
 // whole (unit-test and fuzz binaries, object files): 34 MB, 715 files. lib/image/'s ten modules

@@ -17,7 +17,7 @@ try {
 } catch (err) {
   if (err instanceof TorporError && (err.code === 'MISSING_TOOLS' || err.code === 'PERMISSION_DENIED')) {
     console.log(`test:prepare: the guest artifacts cannot be built here (${err.code}): ${err.message}`);
-    console.log('test:prepare: the tests that need them are counted as not run by test/skip-unless.ts, with this reason; `npx torpor setup --install-deps` (as root) fixes it.');
+    console.log('test:prepare: each test that needs them registers its skip through test/skip-unless.ts with this reason (counted, listed at the end); `npx torpor setup --install-deps` (as root) fixes it.');
   } else {
     throw err;
   }

@@ -10,6 +10,7 @@ import { readmeCommands } from './readme-commands.js';
 test("the README's commands: install, test, demo (comments dropped)", () => {
   assert.equal(readmeCommands(), ['npm install', 'npm test', 'npm run demo']);
   assert.equal(readmeCommands('## Contributing: from a checkout\n\n```sh\nnpm ci   # deps\n# a comment\n\nnpm test\n```\n\n## Next\n'), ['npm ci', 'npm test']);
+  assert.equal(readmeCommands('## Contributing\n\n```sh\nnpm ci\n```\n\nthe last section, no heading after it\n'), ['npm ci']);
   assert.throws(() => readmeCommands('## Other\n'), /no "## Contributing" section/);
 });
 

@@ -13,7 +13,7 @@ const checkout = fileURLToPath(new URL('..', import.meta.url));
 
 /** The command lines of the first ```sh block under "## Contributing" (comments after '#' dropped). */
 export function readmeCommands(readme: string = readFileSync(join(checkout, 'README.md'), 'utf8')): string[] {
-  const section = /^## Contributing[^\n]*\n([\s\S]*?)(?=^## )/m.exec(readme);
+  const section = /^## Contributing[^\n]*\n([\s\S]*?)(?=^## |(?![\s\S]))/m.exec(readme);
   if (!section) throw new Error('README.md has no "## Contributing" section');
   const block = /```sh\n([\s\S]*?)```/.exec(section[1]!);
   if (!block) throw new Error('README.md\'s "## Contributing" section has no ```sh block');
