@@ -111,7 +111,7 @@ export class AgentClient {
     return Number(ns) / 1e6;
   }
 
-  /** Opens a request stream; the handler sees every answer frame. */
+  /** Opens a request stream; the handler sees every answer frame. @internal the protocol's own level (docs/protocol.md) */
   open(type: number, fields: FieldWriter, handler: StreamHandler, opts: RequestOptions = {}): RequestStream {
     if (this.closedByUser) throw new TorporError('CONNECTION_CLOSED', this.closedWhy ?? 'the agent client is closed');
     if (this.conn === null && this.reconnecting === null) {
@@ -125,7 +125,8 @@ export class AgentClient {
   }
 
   /** A request with one answer (OK, or ERR thrown as a TorporError). A re-asked request whose
-   *  work is still running (`pending`) is asked again until it has an answer. */
+   *  work is still running (`pending`) is asked again until it has an answer.
+   *  @internal the protocol's own level (docs/protocol.md) */
   call(type: number, fields: FieldWriter, opts: RequestOptions & { timeoutMs?: number } = {}): Promise<Fields> {
     return new Promise<Fields>((resolve, reject) => {
       let timer: NodeJS.Timeout | undefined;

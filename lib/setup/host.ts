@@ -4,7 +4,9 @@ import { existsSync, readFileSync } from 'node:fs';
 
 import { tryProbeHost } from '../host/probe.js';
 
-export type HostKind = 'hardware' | 'pvm';
+import type { HostKind } from '../native-types.js';
+
+export type { HostKind };
 
 export interface HostFacts {
   kind: HostKind;
