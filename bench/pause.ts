@@ -1,7 +1,7 @@
 // Sandbox.pause and Sandbox.connect (issue 8) with guest/testvm standing in for Linux, so it runs
 // on every KVM host: pause after 16 MiB dirtied (captured / durable), connect in this process ->
 // the agent's first answer, connect in a new Node process -> first answer (with and without the
-// Node start), bytes on disk of a paused sandbox. The Linux figures of DESIGN §8 need a Linux
+// Node start), bytes on disk of a paused sandbox. The Linux figures of docs/architecture.md#performance-targets need a Linux
 // guest on a hardware host (the nested host's emulated timings mean nothing).
 import { spawnSync } from 'node:child_process';
 
@@ -82,7 +82,7 @@ export async function runPauseBench(opts: { iterations?: number; memoryMiB?: num
 }
 
 /**
- * Bytes on disk of a paused Linux sandbox after `echo hi > f` (DESIGN §8: <= 8 MiB beyond its
+ * Bytes on disk of a paused Linux sandbox after `echo hi > f` (docs/architecture.md#performance-targets: <= 8 MiB beyond its
  * template): the sandbox's directory (memory layer, frozen disk layer, meta.json, console.log);
  * the template (kernel, root filesystem) is shared in the store and not counted. Byte counts are
  * valid in the nested host of `npm run test:linux` (timings there are not).

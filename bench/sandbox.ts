@@ -2,7 +2,7 @@
 // directory and overlay, Machine with the root filesystem and vsock, the agent's knock on vsock port 1023, vsock
 // port 1024), with guest/testvm standing in for the Linux guest so it runs on every KVM host.
 // Booted (template: false); creates from a warm template are bench/template.ts's. The Linux
-// figure (DESIGN §8: create from template -> first output <= 10 ms) needs a Linux guest.
+// figure (docs/architecture.md#performance-targets: create from template -> first output <= 10 ms) needs a Linux guest.
 import { baseIsCached } from '../lib/setup/rootfs.js';
 import { Sandbox } from '../lib/sandbox/sandbox.js';
 import { homeLayout } from '../lib/store/home.js';

@@ -2,7 +2,7 @@
 // Linux, so it runs on every KVM host: create -> the agent's first answer (an ECHO, the test
 // guest's "first command output"), beside a cold boot (template: false); and what a sandbox
 // from the template takes after a small disk write + pause (the test guest's `echo hi > f`:
-// one sector written, the agent's SYNC, the capture). The Linux figures of DESIGN §8 (create ->
+// one sector written, the agent's SYNC, the capture). The Linux figures of docs/architecture.md#performance-targets (create ->
 // first output p50 <= 10 ms; <= 8 MiB beyond the template) need a Linux guest: bytes are valid in
 // the nested host (test/sandbox-linux-template.test.ts prints them), timings only on hardware.
 //

@@ -10,7 +10,7 @@ import { TorporError } from '../lib/errors.js';
 import { IllegalTransitionError, Lifecycle, SANDBOX_STATES, canMove } from '../lib/sandbox/lifecycle.js';
 import { SandboxDir, checkSandboxId, newSandboxId, parseMeta, sandboxIds, type SandboxMeta } from '../lib/store/sandbox-dir.js';
 
-test('the states and their transitions (DESIGN §6)', () => {
+test('the states and their transitions (docs/architecture.md#lifecycle)', () => {
   assert.equal([...SANDBOX_STATES], ['starting', 'running', 'pausing', 'paused', 'resuming', 'killed', 'failed']);
   assert.ok(canMove('running', 'pausing') && canMove('pausing', 'paused') && canMove('paused', 'resuming') && canMove('resuming', 'running'));
   assert.not.ok(canMove('paused', 'running'), 'a paused sandbox resumes through resuming');

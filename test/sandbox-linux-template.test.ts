@@ -1,6 +1,6 @@
 // Warm templates with the real Linux guest (lib/sandbox/template.ts): the first create boots and
 // captures the template, later creates restore it; each sandbox's first pause writes only what
-// changed since the template (DESIGN §8: <= 8 MiB beyond the template after `echo hi > f`).
+// changed since the template (docs/architecture.md#performance-targets: <= 8 MiB beyond the template after `echo hi > f`).
 // Runs where a Linux guest can boot (a hardware-virtualization host, or the nested host of
 // `npm run test:linux`); elsewhere registered as skipped, category linux-guest, with the reason.
 //
@@ -46,7 +46,7 @@ linuxTest('create from the template: python3 runs, two sandboxes diverge, echo h
     await a.files.write('/tmp/only-in-a', 'a');
     assert.is((await a.commands.run('cat /tmp/only-in-a')).stdout, 'a');
 
-    // DESIGN §8's scenario: a sandbox from the template, `echo hi > f` as its first command, pause.
+    // docs/architecture.md#performance-targets's scenario: a sandbox from the template, `echo hi > f` as its first command, pause.
     const t1 = performance.now();
     b = await Sandbox.create(OPTS);
     const secondMs = performance.now() - t1;

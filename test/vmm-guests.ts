@@ -276,7 +276,7 @@ export async function testvmCommand(m: Machine, line: string, key: string, timeo
   }
 }
 
-// Machines do not keep the event loop alive by themselves (DESIGN §5): the
+// Machines do not keep the event loop alive by themselves (docs/architecture.md#threads): the
 // timer does while the test waits for the exit event.
 export function waitExit(m: Machine, timeoutMs = 10_000): Promise<{ state: string; kind: string; message: string }> {
   return new Promise((resolve, reject) => {

@@ -112,7 +112,7 @@ kvmTest('after stop: state, exitReason, consoleTail and stats answer; guest memo
 kvmTest('a machine the guest ended keeps its memory readable until stop(), then releases it', async () => {
   const fds = fdCount();
   const m = Machine.create({ kernel: pvh, vcpus: 1, memoryMiB: 16 });
-  // Machines do not keep the event loop alive (DESIGN §5): the timer does.
+  // Machines do not keep the event loop alive (docs/architecture.md#threads): the timer does.
   const ended = new Promise<string>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error('no exit event within 10 s')), 10_000);
     m.once('exit', (_s, r) => {

@@ -1,5 +1,5 @@
 // QEMU's save and restore of the test guest, the comparison point for torpor's
-// snapshots (issue 7, DESIGN §8): `qemu-system-x86_64 -M microvm -enable-kvm
+// snapshots (issue 7, docs/architecture.md#performance-targets): `qemu-system-x86_64 -M microvm -enable-kvm
 // -cpu qemu64` running guest/testvm, the same guest torpor's benchmarks use.
 //
 // Save: QMP `migrate` to `exec:cat > FILE` (QEMU 7.2 has no `file:` URI), with the

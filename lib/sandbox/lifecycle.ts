@@ -1,4 +1,4 @@
-// A sandbox's lifecycle (DESIGN §6): its states and the transitions between them, checked in
+// A sandbox's lifecycle (docs/architecture.md#lifecycle): its states and the transitions between them, checked in
 // this one place. Every state change of a Sandbox goes through Lifecycle.to(); an operation
 // that needs a state asks Lifecycle.require() first.
 //

@@ -1,4 +1,4 @@
-// What happens to running sandboxes when this process ends (DESIGN §5):
+// What happens to running sandboxes when this process ends (docs/architecture.md#durability-and-ownership):
 // - machines never keep the event loop alive, so when nothing else is left to do Node emits
 //   `beforeExit`: every sandbox still running is paused then (asynchronously; beforeExit comes
 //   again once the pauses are done, and finds nothing left to pause);

@@ -1,4 +1,4 @@
-// Warm templates (DESIGN §4, docs/sandbox-lifecycle.md "Templates"): a guest booted once to
+// Warm templates (docs/architecture.md#memory-and-disk-layers, docs/sandbox-lifecycle.md "Templates"): a guest booted once to
 // agent-ready, synced and captured; every Sandbox.create with the same inputs restores it into
 // the sandbox's own directory instead of booting.
 //

@@ -1,4 +1,4 @@
-// The owner lock of a sandbox (DESIGN §5): one process runs a sandbox at a time. An exclusive
+// The owner lock of a sandbox (docs/architecture.md#durability-and-ownership): one process runs a sandbox at a time. An exclusive
 // flock on <dir>/owner.lock (lib/store/lock.ts tryLock: taken in the addon, without waiting);
 // the kernel drops it when the holder dies (even by SIGKILL), so a dead owner's lock is free
 // again at once. The file holds the owner's pid, for SANDBOX_BUSY's message only.

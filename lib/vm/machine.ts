@@ -1,5 +1,5 @@
 // A virtual machine hosted in this Node process: the idiomatic layer over the
-// native binding (lib/native.d.ts NativeMachine). It validates options,
+// native binding (lib/native-types.ts NativeMachine). It validates options,
 // serialises lifecycle calls, turns native events into EventEmitter events
 // and wraps vsock fds in net.Sockets.
 //

@@ -537,7 +537,7 @@ void MachineWrap::cleanup_hook(void* arg) {
   auto* self = static_cast<MachineWrap*>(arg);
   self->hook_registered_ = false;
   if (self->handle_) self->handle_->wrap = nullptr;
-  // A sandbox's machine still running (DESIGN §5, worker threads): a bounded capture first, so a
+  // A sandbox's machine still running (docs/architecture.md#durability-and-ownership, worker threads): a bounded capture first, so a
   // later connect continues it from memory. Best effort: a failure leaves the last generation.
   if (!self->teardown_capture_dir_.empty() && !self->torn_down_ && !self->stopping_ && self->machine_ &&
       !self->machine_->released()) {

@@ -1,4 +1,4 @@
-// The native Machine class (lib/native.d.ts NativeMachine) over vmm/Machine.
+// The native Machine class (lib/native-types.ts NativeMachine) over vmm/Machine.
 //
 // Lifetime: while a machine runs, the JS object is kept alive by a strong
 // reference of its own (a running VM is not garbage), released at its exit

@@ -1,4 +1,4 @@
-// The addon's entry point: what lib/native.d.ts (NativeBinding) describes.
+// The addon's entry point: what lib/native-types.ts (NativeBinding) describes.
 #include "addon/addon_state.h"
 #include "addon/addon_state_inl.h"
 #include "addon/lock_binding.h"

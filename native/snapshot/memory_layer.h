@@ -1,4 +1,4 @@
-// Guest RAM as a chain of immutable layers (DESIGN.md §4, docs/snapshot.md).
+// Guest RAM as a chain of immutable layers (docs/architecture.md#memory-and-disk-layers, docs/snapshot.md).
 //
 // RAM is addressed by its linear offset: the machine's RAM regions
 // concatenated (slot 0 then slot 1); page = 4096 bytes.

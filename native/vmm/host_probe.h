@@ -1,6 +1,6 @@
 // What this host's KVM can do, and which kind of KVM host it is.
 //
-// Two kinds exist (docs/platform.md, DESIGN §2): hardware virtualization
+// Two kinds exist (docs/platform.md, docs/architecture.md#hosts): hardware virtualization
 // (vmx/svm with kvm_intel/kvm_amd loaded) and PVM (the kvm_pvm module: KVM
 // without hardware virtualization). The kind decides which guest kernels run
 // and how the CPUID hypervisor leaves are set up.

@@ -1,5 +1,5 @@
-// Machine::capture and Machine::restore: generations on disk (DESIGN §4-5,
-// shared/reference/kvm-snapshot.md).
+// Machine::capture and Machine::restore: generations on disk (docs/architecture.md#memory-and-disk-layers,
+// docs/snapshot.md).
 //
 // A generation directory <dir>/gen-<n>/ holds vm.state (envelope around the
 // body below), mem.layer (full or diff) and manifest.json (for people and

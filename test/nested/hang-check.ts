@@ -1,6 +1,6 @@
 // The nested host's hang check: a test whose guest hangs must fail the suite through the file
-// limit, with backtraces, and never be taken for an L1 wedge and resumed (docs/nested.md, "L1
-// wedges"). Runs one Linux-guest file in the nested host with TORPOR_TEST_STOP_VCPUS=1 (every
+// limit, with backtraces, and never be taken for an L1 wedge and resumed (docs/nested.md, "The
+// emulated machine's own failures"). Runs one Linux-guest file in the nested host with TORPOR_TEST_STOP_VCPUS=1 (every
 // guest's vCPUs stop for good right after they start) and a short file limit, and checks what the
 // runner and the suite said. Exit 0 when the hang was caught as it must be.
 //   node --import tsx test/nested/hang-check.ts        (.ci/run runs it beside the nested suite)

@@ -1,4 +1,4 @@
-// Does a guest PAUSE spin keep L1's timer interrupt from L1 (docs/nested.md, "L1 wedges")?
+// Does a guest PAUSE spin keep L1's timer interrupt from L1 (docs/nested.md, "The emulated machine's own failures")?
 // Runs pause-spin.c, built static here, in a 2-vCPU sandbox: rounds of plain spins, then of
 // PAUSE spins; each should end in ~0.2 s.
 //   flock /tmp/nested.lock npm run test:linux -- "node --import tsx test/nested/pause-spin.ts [plain,pause] [rounds]"

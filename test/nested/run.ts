@@ -38,7 +38,7 @@ export const NESTED_EXIT = {
   setup: 73,
 } as const;
 
-/** The first QEMU major version the nested suite ran clean on (docs/nested.md, "QEMU 7.2 against 10.0"). */
+/** The first QEMU major version the nested suite ran clean on (docs/nested.md, "The emulated machine's own failures"). */
 const QEMU_TRUSTED_MAJOR = 10;
 
 const checkout = fileURLToPath(new URL('../..', import.meta.url)).replace(/\/$/, '');
@@ -213,17 +213,17 @@ async function main(): Promise<number> {
   const silenceS = envNumber('NESTED_SILENCE_S', 240);
   const breakS = envNumber('NESTED_BREAK_S', 60);
   // Fresh L1 boots the suite may take after wedges; 0: a wedge fails the run. One by default: a
-  // wedge is QEMU losing an interrupt, rare (docs/nested.md, "L1 wedges"); a second one in the
+  // wedge is QEMU losing an interrupt, rare (docs/nested.md, "The emulated machine's own failures"); a second one in the
   // same run is more than that rarity explains, and a run that needs it fails.
   const maxResumes = resumable ? envCount('NESTED_WEDGE_RESUMES', 1) : 0;
   // One L1 CPU by default: with two, under heavy guest traffic an L1 vCPU halted and was never
   // woken again (QEMU 10.0), and L1's memory was corrupted in suite runs (7.2 and 10.0); one
-  // CPU ran the same load clean (docs/nested.md, "One L1 CPU"). Guests with 2 vCPUs still run.
+  // CPU ran the same load clean (docs/nested.md, "The emulated machine's own failures"). Guests with 2 vCPUs still run.
   const smp = envNumber('NESTED_SMP', 1);
   const memoryMiB = envNumber('NESTED_MEMORY_MIB', 6144);
   const tcg = process.env.NESTED_TCG ?? 'multi';
   // The emulated CPU: an AMD with SVM and nested paging, which TCG emulates. A knob so that
-  // L1 wedges can be tried against other feature sets (docs/nested.md, "L1 wedges").
+  // L1 wedges can be tried against other feature sets (docs/nested.md, "The emulated machine's own failures").
   const cpu = process.env.NESTED_CPU ?? 'max,vendor=AuthenticAMD,+svm,+npt';
   if (tcg !== 'multi' && tcg !== 'single') fail(NESTED_EXIT.setup, `NESTED_TCG=${tcg}: multi or single`);
 
@@ -497,7 +497,7 @@ async function bootL1(o: BootOptions, boot: number, mayResume: () => boolean): P
   };
   const overall = setTimeout(() => kill('timeout'), Math.max(0, o.deadline - performance.now()));
   let cpuState = '';
-  // A wedge (docs/nested.md, "L1 wedges") is an interrupt QEMU lost: L1's timer vector sits in
+  // A wedge (docs/nested.md, "The emulated machine's own failures") is an interrupt QEMU lost: L1's timer vector sits in
   // its APIC's IRR but the CPU was never told, so L1 (halted, or running a nested guest that
   // spins) never takes it. Any new interrupt makes QEMU's APIC look at IRR again: after
   // NESTED_BREAK_S of silence the runner sends a BREAK on L1's serial console (`chardev-send-break`;
@@ -522,7 +522,7 @@ async function bootL1(o: BootOptions, boot: number, mayResume: () => boolean): P
         breakPending = false;
         process.stdout.write(
           `\nnested: no heartbeat from L1 for ${(silentFor / 1000).toFixed(0)} s (RIP ${rip}${halted}, APIC IRR ${irr}): sent a BREAK on its serial console ` +
-            `to make QEMU deliver the interrupt it holds (${breaks} of at most ${MAX_BREAKS}; docs/nested.md, "L1 wedges")\n`,
+            `to make QEMU deliver the interrupt it holds (${breaks} of at most ${MAX_BREAKS}; docs/nested.md, "The emulated machine's own failures")\n`,
         );
       });
       return;
@@ -560,7 +560,7 @@ async function bootL1(o: BootOptions, boot: number, mayResume: () => boolean): P
   if (killedFor === 'silent') {
     const what =
       `L1 stopped: no heartbeat for ${silenceS} s (NESTED_SILENCE_S): its emulated CPU ` +
-      `spins without progress (docs/nested.md, "L1 wedges"); L1 killed. ${summary}. Console log: ${log}\n` +
+      `spins without progress (docs/nested.md, "The emulated machine's own failures"); L1 killed. ${summary}. Console log: ${log}\n` +
       `Its CPU state (QEMU monitor):\n${cpuState || '(the monitor did not answer)'}\nLast lines:\n${lastLines()}`;
     // Noted for the suite (NESTED_WEDGE_LOG) whether or not it resumes: its result line names each wedge.
     appendFileSync(join(run, 'wedges'), `${files.current ?? ''}\n`);

@@ -1,6 +1,6 @@
 // What the nested suite has finished, kept in the runner's run directory, which outlives one
 // L1 boot. When L1 wedges (its emulated CPU stops delivering L1's own interrupts; docs/nested.md,
-// "L1 wedges") the runner kills it and boots a fresh L1, and the suite goes on from the file the
+// "The emulated machine's own failures") the runner kills it and boots a fresh L1, and the suite goes on from the file the
 // wedge interrupted: that file runs again from its start, the files that finished keep their
 // counts. Written at every file boundary, and when the running file first shows a failed test,
 // so a wedge costs at most the file it hit and never hides a failure seen before it.

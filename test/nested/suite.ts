@@ -166,7 +166,7 @@ async function main(): Promise<number> {
     const last = wedges.at(-1);
     console.log(
       `nested suite: resuming after an L1 wedge ${last ? `in ${last}.test.ts` : 'before or between files'} ` +
-        `(wedge ${wedges.length}; docs/nested.md, "L1 wedges"): ${files.length - toRun.length} file(s) that finished before it ` +
+        `(wedge ${wedges.length}; docs/nested.md, "The emulated machine's own failures"): ${files.length - toRun.length} file(s) that finished before it ` +
         `keep their counts; running the other ${toRun.length}` +
         (last && toRun.includes(last) ? `, ${last} again from its start` : ''),
     );

@@ -35,7 +35,7 @@ console.log(`stress: sandbox up at ${elapsed()} (${vcpus} vCPUs, ${memoryMiB} Mi
 let rounds = 0;
 let bytes = 0;
 let failure: string | undefined;
-// The live console tail; after a failure it can come back empty (run A2 of docs/nested.md), and
+// The live console tail; after a failure it can come back empty, and
 // then the tail the exit reason kept at the moment the machine ended is what is left.
 const consoleText = (): string => machine.consoleTail().toString('utf8') || machine.exitReason?.consoleTail || '';
 const report = (): void => {

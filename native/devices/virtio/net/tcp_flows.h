@@ -2,7 +2,7 @@
 // since the backend was attached. A backend is per run of the machine (passt after a create, a
 // fresh passt after each restore), so a connection the guest opened before a pause is unknown to
 // it, and Debian 12's passt drops such segments without an answer: the guest would retransmit
-// until its own timeout. The device answers them instead, with the reset DESIGN §3b promises
+// until its own timeout. The device answers them instead, with the reset docs/architecture.md#network promises
 // ("its open TCP connections see a reset"): a segment of an unknown flow is not sent, and an RST
 // built from it goes back to the guest.
 //
