@@ -4,6 +4,7 @@
 // built), alternated round by round so that the load of a shared host falls on
 // both alike. Prints a table and writes bench/results/seccomp.json.
 //   node --import tsx bench/seccomp.ts [rounds] [seconds per round]
+import { machineRecord } from './machine.js';
 import { mkdir, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -44,7 +45,7 @@ async function main() {
     console.log(`${r.exit.padEnd(41)} ${r.off_us.toFixed(2).padStart(11)} ${r.on_us.toFixed(2).padStart(12)} ${r.delta_us.toFixed(2).padStart(7)}`);
   const out = join(dirname(fileURLToPath(import.meta.url)), 'results', 'seccomp.json');
   await mkdir(dirname(out), { recursive: true });
-  await writeFile(out, JSON.stringify({ bench: 'seccomp', date: new Date().toISOString(), rounds, seconds, rows }, null, 2) + '\n');
+  await writeFile(out, JSON.stringify({ bench: 'seccomp', date: new Date().toISOString(), machine: machineRecord(), rounds, seconds, rows }, null, 2) + '\n');
 }
 
 await main();

@@ -13,6 +13,7 @@
 // leaves n MiB (decimals allowed) of files in the soak's directory at every capture cycle,
 // TORPOR_SOAK_LEAK_FDS=<n> n open fds; neither is ever freed. Both are printed and recorded
 // in the JSON, with the host the soak ran on (kind, /dev/kvm, the nested test host or not).
+import { machineRecord } from './machine.js';
 import { type Dirent, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { mkdir, writeFile } from 'node:fs/promises';
 import type net from 'node:net';
@@ -270,6 +271,7 @@ async function main() {
     seconds: SECONDS,
     captureEverySeconds: CAPTURE_EVERY_S,
     host,
+    machine: machineRecord(),
     leakHook: { ...LEAK, leakedFiles, leakedFds: leakedFds.length },
     samples,
     // The judge's windows (bench/soak-judge.ts): captures per merge period, at warm-up and at the end.

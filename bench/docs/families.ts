@@ -1,0 +1,207 @@
+// The benchmark families as docs/benchmarks.md shows them: what each measures, how to run it
+// again, and its figures read from bench/results/<file>.json (each bench writes its own shape;
+// every figure shown is one the JSON holds).
+import type { BenchRow } from '../report.js';
+
+/** One row of a family's table. `value` is the p50 where the bench gave a distribution. */
+export interface Figure {
+  name: string;
+  unit: string;
+  n?: number;
+  p50?: number;
+  p99?: number;
+  value?: number;
+  target?: string;
+  meetsTarget?: boolean;
+  note?: string;
+}
+
+export interface Family {
+  id: string;
+  title: string;
+  file: string;
+  what: string;
+  rerun: string;
+  date: string;
+  machine: string;
+  figures: Figure[];
+  /** Extra lines under the table (context the JSON gives: where it ran, what was not measured). */
+  notes: string[];
+  /** Samples over time, for a line chart instead of bars (the soak). */
+  series?: { t: number[]; lines: Array<{ name: string; unit: string; values: number[] }> };
+}
+
+type Json = Record<string, unknown>;
+
+const str = (v: unknown): string | undefined => (typeof v === 'string' ? v : undefined);
+
+/** The machine a result was measured on, as the JSON records it; never guessed. */
+export function machineOf(json: Json): string {
+  const m = json.machine as Json | undefined;
+  if (m && typeof m === 'object') {
+    const kvm = m.kvm === 'pvm' ? 'PVM host (KVM without hardware virtualization)' : m.kvm === 'hardware' ? 'hardware virtualization' : 'no /dev/kvm';
+    return `${str(m.cpu) ?? 'unknown CPU'}, ${m.cores} cores, ${m.memoryGiB} GiB, Linux ${str(m.kernel) ?? '?'}, ${kvm}, Node ${str(m.node) ?? '?'}`;
+  }
+  const parts: string[] = [];
+  if (str(json.host) && json.host !== 'vm') parts.push(str(json.host)!);
+  if (json.hostKind === 'pvm') parts.push('PVM host (KVM without hardware virtualization)');
+  else if (json.hostKind === 'hardware') parts.push('hardware virtualization');
+  if (str(json.where)) parts.push(str(json.where)!);
+  if (str(json.node) && parts.length) parts.push(`Node ${str(json.node)}`);
+  return parts.length ? parts.join(', ') : 'machine not recorded';
+}
+
+export function rowFigure(r: BenchRow): Figure {
+  const f: Figure = { name: r.name.trim(), unit: r.unit };
+  if (r.n !== undefined) f.n = r.n;
+  if (r.p50 !== undefined) f.p50 = r.p50;
+  if (r.p99 !== undefined) f.p99 = r.p99;
+  if (r.value !== undefined) f.value = r.value;
+  if (r.target !== undefined) f.target = r.target;
+  if (r.meetsTarget !== undefined) f.meetsTarget = r.meetsTarget;
+  if (r.note !== undefined) f.note = r.note;
+  return f;
+}
+
+interface Spec {
+  id: string;
+  title: string;
+  what: string;
+  rerun: string;
+  figures?: (json: Json) => Figure[];
+  notes?: (json: Json) => string[];
+  series?: (json: Json) => Family['series'];
+}
+
+const rows = (json: Json): Figure[] => ((json.rows as BenchRow[] | undefined) ?? []).filter((r) => r.n !== 0).map(rowFigure);
+const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+
+export const SPECS: Spec[] = [
+  {
+    id: 'template',
+    title: 'Sandboxes from a warm template',
+    what: 'The test guest standing in for Linux: the template the first create builds, `Sandbox.create` from it to the first agent answer against a cold boot, and what the first pause of a template sandbox writes.',
+    rerun: 'npm run bench -- template',
+  },
+  {
+    id: 'pause',
+    title: 'Pause and connect',
+    what: '`sbx.pause()` after 16 MiB dirtied (captured, durable, the whole call) and `Sandbox.connect` in this process and in a new one, with the test guest; and the bytes a paused Linux sandbox takes beyond its template (measured in the nested host, where byte counts are valid).',
+    rerun: 'npm run bench -- pause',
+    figures: (json) => [...rows(json), ...(((json.linuxDisk as Json | undefined)?.rows as BenchRow[] | undefined) ?? []).map(rowFigure)],
+    notes: (json) => {
+      const disk = json.linuxDisk as Json | undefined;
+      return disk ? [`The Linux disk row: ${str(disk.where) ?? 'where not recorded'} (${str(disk.date)?.slice(0, 10) ?? 'date not recorded'}).`] : [];
+    },
+  },
+  {
+    id: 'snapshot',
+    title: 'Machine snapshots (VMM level)',
+    what: 'Captures of a running test guest with a given number of pages written (captured: the machine stopped; durable: written and fsynced), restores, `machine.fork(10)`, and QEMU saving and restoring the same guest in the same run.',
+    rerun: 'npm run bench -- snapshot',
+  },
+  {
+    id: 'vmm',
+    title: 'The VMM',
+    what: 'Machine create to the first guest output, exit round trips, pause and resume of vCPUs, virtio-blk from the test guest.',
+    rerun: 'npm run bench -- vmm',
+  },
+  {
+    id: 'agent',
+    title: 'The guest agent',
+    what: 'Protocol round trips, `commands.run` and file transfer against the agent run as a host process (a Unix socket), and PING over vsock to the test guest.',
+    rerun: 'npm run bench -- agent',
+  },
+  {
+    id: 'sandbox',
+    title: 'Sandbox create and kill (booted)',
+    what: '`Sandbox.create` booting the test guest (no template) to the agent\'s HELLO, and `kill()`.',
+    rerun: 'npm run bench -- sandbox',
+  },
+  {
+    id: 'net-pause',
+    title: 'Pause and connect with a network',
+    what: '`sbx.pause()` and `Sandbox.connect()` of a test-guest sandbox without a network, with passt, and with a forwarded port.',
+    rerun: 'npm run bench -- net-pause',
+  },
+  {
+    id: 'net',
+    title: 'The network backend',
+    what: 'passt as the user-mode network: its start, an ARP round trip and its memory per sandbox (median of the instances), and the virtio-net device\'s throughput against fake guest memory.',
+    rerun: 'npm run bench -- net',
+    figures: (json) => {
+      const starts = (json.startsMs as number[] | undefined) ?? [];
+      const arp = (json.arpUs as number[] | undefined) ?? [];
+      const mem = (json.passtMemoryKiB as Array<{ pss: number }> | undefined) ?? [];
+      const out: Figure[] = [];
+      if (starts.length) out.push({ name: 'passt start (spawn to ready)', unit: 'ms', n: starts.length, p50: median(starts) });
+      if (arp.length) out.push({ name: 'ARP round trip through passt', unit: 'us', n: arp.length, p50: median(arp) });
+      if (mem.length) out.push({ name: 'passt memory per sandbox (PSS)', unit: 'KiB', n: mem.length, p50: median(mem.map((m) => m.pss)), target: '< 5 MiB' });
+      return out;
+    },
+    notes: (json) => (str(json.device) ? ['The device\'s throughput, as the bench printed it:', '', '```text', str(json.device)!.trimEnd(), '```'] : []),
+  },
+  {
+    id: 'template-image',
+    title: 'Templates from container images (host side)',
+    what: 'A container image imported into an empty store (digests verified) and unpacked into an ext4 root filesystem with the agent, without root.',
+    rerun: 'npm run bench -- template-image',
+    notes: (json) => (json.measured === 'host-side only' && str(json.reason) ? [`Only the host side was measured: ${str(json.reason)}`] : []),
+  },
+  {
+    id: 'seccomp',
+    title: 'Seccomp on the vCPU threads',
+    what: 'Exit round trips with the per-thread seccomp filters off and on (median of rounds).',
+    rerun: 'npx tsx bench/seccomp.ts',
+    figures: (json) =>
+      ((json.rows as Array<{ exit: string; off_us: number; on_us: number; rounds: number }> | undefined) ?? []).flatMap((r) => [
+        { name: `${r.exit.toUpperCase()} exit round trip, seccomp off`, unit: 'us', n: r.rounds, value: r.off_us },
+        { name: `${r.exit.toUpperCase()} exit round trip, seccomp on`, unit: 'us', n: r.rounds, value: r.on_us },
+      ]),
+  },
+  {
+    id: 'soak-3600',
+    title: 'Soak: an hour of captures',
+    what: 'Test-guest machines in one process looping on vsock echoes, block writes and pause-capture-restore cycles; fds, threads, RSS and disk sampled throughout. The judge compares the first and the last merge period\'s peaks against its limits.',
+    rerun: 'node --import tsx bench/soak.ts --machines 20 --seconds 3600 --sample 30 --json bench/results/soak-3600.json',
+    figures: (json) => {
+      const checks = (json.checks as Record<string, { warm: number; end: number; limit: number }> | undefined) ?? {};
+      return Object.entries(checks).map(([k, c]) => ({ name: `${k}: first period's peak -> last period's peak (limit)`, unit: '', value: c.end, note: `${c.warm} -> ${c.end} (limit ${c.limit})` }));
+    },
+    notes: (json) => {
+      const s = (json.samples as Array<{ captures: number; errors: number }> | undefined) ?? [];
+      const last = s[s.length - 1];
+      const failures = (json.failures as string[] | undefined) ?? [];
+      return [`${json.machines} machines for ${json.seconds} s, a capture every ${json.captureEverySeconds} s: ${last?.captures ?? '?'} captures, ${last?.errors ?? '?'} errors; ${failures.length ? `failed: ${failures.join('; ')}` : 'judged flat'}.`];
+    },
+    series: (json) => {
+      const s = (json.samples as Array<Record<string, number>> | undefined) ?? [];
+      return {
+        t: s.map((x) => x.t!),
+        lines: [
+          { name: 'fds', unit: '', values: s.map((x) => x.fds!) },
+          { name: 'RSS', unit: 'MiB', values: s.map((x) => x.rssMiB!) },
+          { name: 'disk', unit: 'MiB', values: s.map((x) => x.diskMiB!) },
+        ],
+      };
+    },
+  },
+];
+
+/** A family from its JSON (the file's name is the spec's id). */
+export function familyOf(spec: Spec, json: Json): Family {
+  const fam: Family = {
+    id: spec.id,
+    title: spec.title,
+    file: `bench/results/${spec.id}.json`,
+    what: spec.what,
+    rerun: spec.rerun,
+    date: str(json.date)?.slice(0, 10) ?? 'date not recorded',
+    machine: machineOf(json),
+    figures: (spec.figures ?? rows)(json),
+    notes: spec.notes?.(json) ?? [],
+  };
+  const series = spec.series?.(json);
+  if (series) fam.series = series;
+  return fam;
+}
