@@ -19,10 +19,10 @@
 // A peak alone misjudges a flat run where few machines are sampled often on a slow host (the
 // nested test host): a sample that catches captures in flight (their snapshot files open, their
 // threads running) stands far above one that does not, so equal periods' peaks of fds ranged
-// 292-432 and of threads 32-42 in a flat nested run of 10 machines (docs/nested.md, "CI on a
-// host without /dev/kvm"). A leak is what stays: it raises the floor of the tooth as well as its
-// peak, where captures in flight raise only the peak. So a key fails when both its peak and its
-// floor stood higher at the end than at the start by more than SLACK: the flat hour's floors
+// 292-432 and of threads 32-42 in a flat nested run of 10 machines (docs/nested.md#ci).
+// A leak is what stays: it raises the floor of the tooth as well as its peak, where captures
+// in flight raise only the peak. So a key fails when both its peak and its floor stood higher
+// at the end than at the start by more than SLACK: the flat hour's floors
 // held with its peaks flat; the nested runs' floors held with their peaks jumping; every leak
 // here (the leaking hour, the leak hook) raised both.
 //

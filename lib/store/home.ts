@@ -1,4 +1,4 @@
-// Where torpor keeps everything it builds and every sandbox it owns (docs/architecture.md#durability-and-ownership).
+// Where torpor keeps everything it builds and every sandbox it owns (docs/architecture.md#on-disk-layout).
 import { homedir } from 'node:os';
 import { join, resolve } from 'node:path';
 

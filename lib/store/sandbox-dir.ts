@@ -1,4 +1,4 @@
-// A sandbox's directory under TORPOR_HOME/sandboxes/<id>/ (docs/architecture.md#durability-and-ownership):
+// A sandbox's directory under TORPOR_HOME/sandboxes/<id>/ (docs/architecture.md#on-disk-layout):
 //
 //   meta.json        what the sandbox is (template, kernel, disk, settings) and its last known state
 //   owner.lock       the owner lock: held (flock) by the one process that runs the sandbox

@@ -1,4 +1,4 @@
-// Machine::capture and Machine::restore: generations on disk (docs/architecture.md#memory-and-disk-layers,
+// Machine::capture and Machine::restore: generations on disk (docs/architecture.md#on-disk-layout,
 // docs/snapshot.md).
 //
 // A generation directory <dir>/gen-<n>/ holds vm.state (envelope around the

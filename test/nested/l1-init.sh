@@ -43,8 +43,9 @@ opts=trans=virtio,version=9p2000.L,msize=262144
 mount -t 9p -o $opts,cache=none run /run/nested || { echo "nested: cannot mount the run share"; echo b > /proc/sysrq-trigger; }
 echo "nested: userspace at $(cut -d' ' -f1 /proc/uptime) s"
 # A heartbeat on the console for the runner, however quiet the command: when they stop, L1
-# itself has stopped (QEMU's emulated CPU spinning without progress; docs/nested.md, "L1
-# wedges"), and the runner ends the run instead of waiting for its overall timeout.
+# itself has stopped (QEMU's emulated CPU spinning without progress;
+# docs/nested.md#emulated-machine), and the runner ends the run instead of waiting for its
+# overall timeout.
 (while sleep 30; do echo "nested: alive at $(cut -d' ' -f1 /proc/uptime) s"; done) &
 # A checkout under /tmp lies under L1's tmpfs now: make its mount point there.
 mkdir -p "$checkout" 2> /dev/null

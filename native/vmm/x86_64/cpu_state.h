@@ -1,8 +1,8 @@
 // Saving and restoring the x86-64 state KVM holds: per vCPU (registers, FPU,
 // LAPIC, MSRs, pending events) and per VM (PIT, kvmclock, PIC and IOAPIC).
 //
-// Order follows what KVM requires (its API documentation and the VMMs that
-// save and restore vCPUs: docs/snapshot.md): on save,
+// Order follows what KVM requires (its API documentation; docs/vmm.md, the
+// machine_snapshot row, lists it with the reasons): on save,
 // MP_STATE first (reading it may change the LAPIC) and VCPU_EVENTS last; on
 // restore CPUID2 before MSRs, REGS before VCPU_EVENTS, SREGS (APIC base)
 // before LAPIC, LAPIC before MSRs, IA32_TSC before TSC_DEADLINE (its own
