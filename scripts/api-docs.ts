@@ -29,10 +29,39 @@ export function generateApiDoc(): string {
     if (r.status !== 0) throw new Error(`typedoc failed (exit ${r.status}):\n${r.stdout}${r.stderr}`);
     // One entry point, the "modules" strategy: the whole reference is the index page.
     const body = readFileSync(join(out, 'README.md'), 'utf8').replace(/^# torpor\n+/, '');
-    return HEADER + body.trimEnd() + '\n';
+    return fixAnchors(HEADER + body.trimEnd() + '\n');
   } finally {
     rmSync(out, { recursive: true, force: true });
   }
+}
+
+/** A heading's anchor as GitHub makes it: lower case, punctuation but '-' and '_' dropped, spaces as '-'. */
+function slug(heading: string): string {
+  return heading.trim().toLowerCase().replace(/[^\w\- ]/g, '').replace(/ /g, '-');
+}
+
+/** The anchors a page defines: its headings' (numbered -1, -2 ... when repeated, as GitHub does) and its `<a id>`s. */
+export function anchorsOf(page: string): Set<string> {
+  const anchors = new Set<string>();
+  const seen = new Map<string, number>();
+  for (const m of page.matchAll(/^#{1,6} (.+)$/gm)) {
+    const base = slug(m[1]!);
+    const n = seen.get(base) ?? 0;
+    seen.set(base, n + 1);
+    anchors.add(n ? `${base}-${n}` : base);
+  }
+  for (const m of page.matchAll(/<a id="([^"]+)"><\/a>/g)) anchors.add(m[1]!);
+  return anchors;
+}
+
+/** The plugin numbers some links' anchors for headings that appear once (`#sandboxstate-1`): point them at the heading that exists. */
+function fixAnchors(page: string): string {
+  const anchors = anchorsOf(page);
+  return page.replace(/\]\(#([\w-]+)\)/g, (link, anchor: string) => {
+    if (anchors.has(anchor)) return link;
+    const base = anchor.replace(/-\d+$/, '');
+    return anchors.has(base) ? `](#${base})` : link;
+  });
 }
 
 /** null when docs/api.md is what the sources give, else what to tell the user. */

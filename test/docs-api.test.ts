@@ -5,7 +5,7 @@ import { readFileSync } from 'node:fs';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
-import { API_DOC, checkApiDoc } from '../scripts/api-docs.js';
+import { API_DOC, anchorsOf, checkApiDoc } from '../scripts/api-docs.js';
 
 test('docs/api.md is what `npm run docs:api` makes from the sources', () => {
   assert.is(checkApiDoc(), null);
@@ -16,6 +16,13 @@ test('it documents the public API: Sandbox, its calls, the error classes', () =>
   for (const heading of ['### Sandbox', '### Template', '### Commands', '### Files', '### TorporError', '### SandboxNotFoundError'])
     assert.ok(page.includes(`\n${heading}\n`), heading);
   for (const call of ['static create(opts', 'static connect(sandboxId', 'pause(): Promise<PauseResult>']) assert.ok(page.includes(call), call);
+});
+
+test("every link inside the page lands on one of its headings or anchors", () => {
+  const page = readFileSync(API_DOC, 'utf8');
+  const anchors = anchorsOf(page);
+  const broken = [...page.matchAll(/\]\(#([\w-]+)\)/g)].map((m) => m[1]!).filter((a) => !anchors.has(a));
+  assert.equal([...new Set(broken)], []);
 });
 
 test.run();
