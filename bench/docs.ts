@@ -24,7 +24,8 @@ export function readFamilies(resultsDir = join(root, 'bench', 'results')): Famil
 export function withReadmeBlock(readme: string, block: string): string {
   const b = readme.indexOf(BEGIN);
   const e = readme.indexOf(END);
-  if (b < 0 || e < b || readme.indexOf(BEGIN, b + 1) >= 0) throw new Error(`README.md needs one ${BEGIN} ... ${END} block for the benchmark figures`);
+  if (b < 0 || e < b || readme.indexOf(BEGIN, b + 1) >= 0 || readme.indexOf(END, e + 1) >= 0)
+    throw new Error(`README.md needs one ${BEGIN} ... ${END} block (in that order) for the benchmark figures; add the two markers where the figures belong`);
   return `${readme.slice(0, b + BEGIN.length)}\n${block}\n${readme.slice(e)}`;
 }
 
@@ -48,17 +49,28 @@ export function staleFiles(): string[] {
   return stale;
 }
 
-if (process.argv[1] === fileURLToPath(import.meta.url)) {
-  if (process.argv.includes('--check')) {
+function main(check: boolean): number {
+  if (check) {
     const stale = staleFiles();
     if (stale.length) {
       console.error(`stale (run \`npm run bench:report\` and commit): ${stale.join(', ')}`);
-      process.exit(1);
+      return 1;
     }
     console.log('the benchmark docs are current');
-  } else {
-    mkdirSync(join(root, 'docs', 'benchmarks'), { recursive: true });
-    for (const [path, content] of generate()) writeFileSync(join(root, path), content);
-    console.log('wrote docs/benchmarks.md, docs/benchmarks/*.svg and the README block');
+    return 0;
+  }
+  const files = generate();
+  mkdirSync(join(root, 'docs', 'benchmarks'), { recursive: true });
+  for (const [path, content] of files) writeFileSync(join(root, path), content);
+  console.log('wrote docs/benchmarks.md, docs/benchmarks/*.svg and the README block');
+  return 0;
+}
+
+if (process.argv[1] === fileURLToPath(import.meta.url)) {
+  try {
+    process.exitCode = main(process.argv.includes('--check'));
+  } catch (err) {
+    console.error(`bench:report: ${err instanceof Error ? err.message : String(err)}`);
+    process.exitCode = 1;
   }
 }

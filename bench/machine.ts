@@ -1,22 +1,30 @@
 // The machine a benchmark ran on, recorded in every bench/results/*.json: a figure means
 // nothing without it (a PVM host emulates what a hardware host runs natively).
 import { existsSync, readFileSync } from 'node:fs';
-import { cpus, hostname, release, totalmem } from 'node:os';
+import { cpus, hostname, loadavg, release, totalmem } from 'node:os';
+
+import { detectHost } from '../lib/setup/host.js';
 
 export interface MachineRecord {
   cpu: string;
   cores: number;
   memoryGiB: number;
   kernel: string;
-  /** What /dev/kvm is here: hardware virtualization, PVM (KVM without it), or none. */
-  kvm: 'hardware' | 'pvm' | 'none';
+  /** What /dev/kvm is here (lib/setup/host.ts decides): hardware virtualization, by its CPU flag
+   *  (Intel vmx, AMD svm) where cpuinfo shows it, PVM (KVM without it), or none. */
+  kvm: 'vmx' | 'svm' | 'hardware' | 'pvm' | 'none';
   node: string;
   hostname: string;
+  /** The 1-minute load average when the bench started and when it ended: other work on the
+   *  machine (a 2-core host shared with builds) moves every figure. */
+  loadAverage?: [number, number];
 }
 
-export function machineRecord(): MachineRecord {
+export function machineRecord(loadAtStart?: number): MachineRecord {
   const cpuinfo = existsSync('/proc/cpuinfo') ? readFileSync('/proc/cpuinfo', 'utf8') : '';
-  const kvm = !existsSync('/dev/kvm') ? 'none' : existsSync('/sys/module/kvm_pvm') ? 'pvm' : /\b(vmx|svm)\b/.test(cpuinfo) ? 'hardware' : 'pvm';
+  const flag = /^flags\s*:.*\b(vmx|svm)\b/m.exec(cpuinfo)?.[1] as 'vmx' | 'svm' | undefined;
+  const host = detectHost();
+  const kvm = !host.kvm ? 'none' : host.kind === 'pvm' ? 'pvm' : (flag ?? 'hardware');
   return {
     cpu: cpus()[0]?.model.trim() ?? 'unknown',
     cores: cpus().length,
@@ -25,5 +33,11 @@ export function machineRecord(): MachineRecord {
     kvm,
     node: process.version,
     hostname: hostname(),
+    ...(loadAtStart === undefined ? {} : { loadAverage: [round(loadAtStart), round(loadavg()[0]!)] as [number, number] }),
   };
 }
+
+const round = (x: number) => Math.round(x * 100) / 100;
+
+/** The 1-minute load average now (pass it to machineRecord at the end). */
+export const loadNow = (): number => loadavg()[0]!;

@@ -4,12 +4,12 @@
 // built), alternated round by round so that the load of a shared host falls on
 // both alike. Prints a table and writes bench/results/seccomp.json.
 //   node --import tsx bench/seccomp.ts [rounds] [seconds per round]
-import { machineRecord } from './machine.js';
 import { mkdir, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 import { MMIO_LOOP, PIO_LOOP, pvhElf32, writeTemp } from '../test/vmm-guests.js';
+import { loadNow, machineRecord } from './machine.js';
 import { exitLoop } from './vmm.js';
 
 async function roundTripUs(kernel: string, kind: 'pio' | 'mmio', seconds: number, seccomp: boolean): Promise<number> {
@@ -25,9 +25,11 @@ async function roundTripUs(kernel: string, kind: 'pio' | 'mmio', seconds: number
 
 const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? NaN;
 
-async function main() {
-  const rounds = Number(process.argv[2] ?? 5);
-  const seconds = Number(process.argv[3] ?? 1);
+/** Runs the comparison (`argv`: [rounds] [seconds per round]) and writes its JSON. */
+export async function main(argv: string[] = []): Promise<void> {
+  const rounds = Number(argv[0] ?? 5);
+  const load = loadNow();
+  const seconds = Number(argv[1] ?? 1);
   const kernels = { pio: writeTemp('pio.elf', pvhElf32(PIO_LOOP)), mmio: writeTemp('mmio.elf', pvhElf32(MMIO_LOOP)) };
   const rows: { exit: string; off_us: number; on_us: number; delta_us: number; rounds: number }[] = [];
   for (const kind of ['pio', 'mmio'] as const) {
@@ -45,7 +47,8 @@ async function main() {
     console.log(`${r.exit.padEnd(41)} ${r.off_us.toFixed(2).padStart(11)} ${r.on_us.toFixed(2).padStart(12)} ${r.delta_us.toFixed(2).padStart(7)}`);
   const out = join(dirname(fileURLToPath(import.meta.url)), 'results', 'seccomp.json');
   await mkdir(dirname(out), { recursive: true });
-  await writeFile(out, JSON.stringify({ bench: 'seccomp', date: new Date().toISOString(), machine: machineRecord(), rounds, seconds, rows }, null, 2) + '\n');
+  await writeFile(out, JSON.stringify({ bench: 'seccomp', date: new Date().toISOString(), machine: machineRecord(load), rounds, seconds, rows }, null, 2) + '\n');
 }
 
-await main();
+// Runs only when started as a script (`npm run bench` does not import it unless named).
+if (process.argv[1] === fileURLToPath(import.meta.url)) await main(process.argv.slice(2));

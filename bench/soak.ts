@@ -13,35 +13,43 @@
 // leaves n MiB (decimals allowed) of files in the soak's directory at every capture cycle,
 // TORPOR_SOAK_LEAK_FDS=<n> n open fds; neither is ever freed. Both are printed and recorded
 // in the JSON, with the host the soak ran on (kind, /dev/kvm, the nested test host or not).
-import { machineRecord } from './machine.js';
 import { type Dirent, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { mkdir, writeFile } from 'node:fs/promises';
 import type net from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 
 import { detectHost } from '../lib/setup/host.js';
 import { Machine } from '../lib/vm/machine.js';
 import { NESTED } from '../test/bounds.js';
 import { sleep, testvmCommandByEvents, testvmImage } from '../test/vmm-guests.js';
+import { loadNow, machineRecord } from './machine.js';
 import { MERGE_PERIOD_CAPTURES, type SoakSample, judgeSoak } from './soak-judge.js';
 
 const command = (m: Machine, line: string, key: string) => testvmCommandByEvents(m, line, key, 20_000);
 
-const { values: args } = parseArgs({
-  options: {
-    machines: { type: 'string', default: '20' },
-    seconds: { type: 'string', default: '300' },
-    sample: { type: 'string', default: '10' },
-    'capture-every': { type: 'string', default: '30' },
-    json: { type: 'string', default: 'bench/results/soak.json' },
-  },
-});
-const MACHINES = Number(args.machines);
-const SECONDS = Number(args.seconds);
-const SAMPLE_S = Number(args.sample);
-const CAPTURE_EVERY_S = Number(args['capture-every']);
+/** The soak's settings from its command line (see the usage above). */
+function soakArgs(argv: string[]) {
+  const { values } = parseArgs({
+    args: argv,
+    options: {
+      machines: { type: 'string', default: '20' },
+      seconds: { type: 'string', default: '300' },
+      sample: { type: 'string', default: '10' },
+      'capture-every': { type: 'string', default: '30' },
+      json: { type: 'string', default: 'bench/results/soak.json' },
+    },
+  });
+  return {
+    machines: Number(values.machines),
+    seconds: Number(values.seconds),
+    sampleS: Number(values.sample),
+    captureEveryS: Number(values['capture-every']),
+    json: values.json!,
+  };
+}
 const MEMORY_MIB = 32;
 
 /** A non-negative number from the environment (0 when unset); anything else stops the soak before it starts. */
@@ -161,14 +169,14 @@ async function boot(kernel: string, disk: { base: string; overlay: string }): Pr
   return m;
 }
 
-async function worker(index: number, kernel: string, root: string, deadline: number): Promise<void> {
+async function worker(index: number, kernel: string, root: string, deadline: number, captureEveryS: number): Promise<void> {
   const dir = join(root, `m${index}`);
   rmSync(dir, { recursive: true, force: true });
   await mkdir(dir, { recursive: true });
   const base = join(dir, 'base.img');
   writeFileSync(base, Buffer.alloc(1 << 20));
   let m = await boot(kernel, { base, overlay: join(dir, 'overlay.data') });
-  let nextCapture = Date.now() + CAPTURE_EVERY_S * 1000 * (0.5 + (index % 10) / 10);
+  let nextCapture = Date.now() + captureEveryS * 1000 * (0.5 + (index % 10) / 10);
   let round = 0;
   try {
     while (Date.now() < deadline) {
@@ -192,7 +200,7 @@ async function worker(index: number, kernel: string, root: string, deadline: num
           // The restored guest still has what was written before the capture.
           const again = await command(m, `blk-verify ${sector} ${tag} 4`, 'blk-verify');
           if (!again.startsWith('blk-verify=ok')) throw new Error(`blk after restore: ${again}`);
-          nextCapture = Date.now() + CAPTURE_EVERY_S * 1000;
+          nextCapture = Date.now() + captureEveryS * 1000;
         }
       } catch (err) {
         counters.errors++;
@@ -206,7 +214,10 @@ async function worker(index: number, kernel: string, root: string, deadline: num
   }
 }
 
-async function main() {
+/** Runs the soak (`argv`: its command line without node and the script) and writes its JSON. */
+export async function main(argv: string[] = []): Promise<void> {
+  const opts = soakArgs(argv);
+  const load = loadNow();
   const kernel = testvmImage();
   if (!kernel) throw new Error('guest/testvm/out/testvm.elf is not built (make -C guest/testvm)');
   const root = mkdtempSync(join(tmpdir(), 'torpor-soak-'));
@@ -222,7 +233,7 @@ async function main() {
   if (LEAKING) console.log(`soak: ${leakBanner}`);
   const samples: SoakSample[] = [];
   const started = Date.now();
-  const deadline = started + SECONDS * 1000;
+  const deadline = started + opts.seconds * 1000;
   const sample = () => {
     samples.push({
       t: Math.round((Date.now() - started) / 1000),
@@ -236,22 +247,22 @@ async function main() {
     });
   };
   sample();
-  const timer = setInterval(sample, SAMPLE_S * 1000);
+  const timer = setInterval(sample, opts.sampleS * 1000);
   const results = await Promise.allSettled(
-    Array.from({ length: MACHINES }, (_, i) => sleep(i * 150).then(() => worker(i, kernel, root, deadline))),
+    Array.from({ length: opts.machines }, (_, i) => sleep(i * 150).then(() => worker(i, kernel, root, deadline, opts.captureEveryS))),
   );
   clearInterval(timer);
   await sleep(500); // the reaper closes the last VMs' fds
   sample();
 
-  console.log(`soak: ${MACHINES} machines (test guest, ${MEMORY_MIB} MiB, vsock + virtio-blk), ${SECONDS} s, capture/restore every ${CAPTURE_EVERY_S} s per machine`);
+  console.log(`soak: ${opts.machines} machines (test guest, ${MEMORY_MIB} MiB, vsock + virtio-blk), ${opts.seconds} s, capture/restore every ${opts.captureEveryS} s per machine`);
   console.log('    t(s)   fds  threads  RSS(MiB)  heap  external  disk(MiB)  echoes  blk ops  captures  errors');
   for (const s of samples)
     console.log(
       `${String(s.t).padStart(8)} ${String(s.fds).padStart(5)} ${String(s.threads).padStart(8)} ${String(s.rssMiB).padStart(9)} ${String(s.heapMiB).padStart(5)} ${String(s.externalMiB).padStart(9)} ${String(s.diskMiB).padStart(10)} ${String(s.echoes).padStart(7)} ${String(s.blkOps).padStart(8)} ${String(s.captures).padStart(9)} ${String(s.errors).padStart(7)}`,
     );
 
-  const verdict = judgeSoak(samples, MACHINES, MERGE_PERIOD_CAPTURES);
+  const verdict = judgeSoak(samples, opts.machines, MERGE_PERIOD_CAPTURES);
   const { period, checks } = verdict;
   const failures: string[] = [];
   for (const r of results) if (r.status === 'rejected') failures.push(`a machine's loop ended: ${(r.reason as Error).message}`);
@@ -267,11 +278,11 @@ async function main() {
   const out = {
     bench: 'soak',
     date: new Date().toISOString(),
-    machines: MACHINES,
-    seconds: SECONDS,
-    captureEverySeconds: CAPTURE_EVERY_S,
+    machines: opts.machines,
+    seconds: opts.seconds,
+    captureEverySeconds: opts.captureEveryS,
     host,
-    machine: machineRecord(),
+    machine: machineRecord(load),
     leakHook: { ...LEAK, leakedFiles, leakedFds: leakedFds.length },
     samples,
     // The judge's windows (bench/soak-judge.ts): captures per merge period, at warm-up and at the end.
@@ -280,8 +291,8 @@ async function main() {
     diskMiBPerCapture: diskPerCapture,
     failures,
   };
-  await mkdir(dirname(args.json!), { recursive: true });
-  await writeFile(args.json!, JSON.stringify(out, null, 2) + '\n');
+  await mkdir(dirname(opts.json), { recursive: true });
+  await writeFile(opts.json, JSON.stringify(out, null, 2) + '\n');
   rmSync(root, { recursive: true, force: true });
   if (LEAKING) console.log(`soak: ${leakBanner}`);
   if (failures.length) {
@@ -291,4 +302,5 @@ async function main() {
   console.log(LEAKING ? 'soak: flat, ALTHOUGH THE DELIBERATE LEAK HOOK WAS ON: the judge missed the leak' : 'soak: flat');
 }
 
-await main();
+// Runs only when started as a script (`npm run bench` does not import it unless named).
+if (process.argv[1] === fileURLToPath(import.meta.url)) await main(process.argv.slice(2));

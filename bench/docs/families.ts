@@ -1,7 +1,7 @@
 // The benchmark families as docs/benchmarks.md shows them: what each measures, how to run it
 // again, and its figures read from bench/results/<file>.json (each bench writes its own shape;
 // every figure shown is one the JSON holds).
-import type { BenchRow } from '../report.js';
+import { type BenchRow, summarize } from '../report.js';
 
 /** One row of a family's table. `value` is the p50 where the bench gave a distribution. */
 export interface Figure {
@@ -10,6 +10,7 @@ export interface Figure {
   n?: number;
   p50?: number;
   p99?: number;
+  mean?: number;
   value?: number;
   target?: string;
   meetsTarget?: boolean;
@@ -35,15 +36,26 @@ type Json = Record<string, unknown>;
 
 const str = (v: unknown): string | undefined => (typeof v === 'string' ? v : undefined);
 
+const KVM_KINDS: Record<string, string> = {
+  pvm: 'PVM host (KVM without hardware virtualization)',
+  vmx: 'hardware virtualization (Intel VT-x)',
+  svm: 'hardware virtualization (AMD-V)',
+  hardware: 'hardware virtualization',
+  none: 'no /dev/kvm',
+};
+
 /** The machine a result was measured on, as the JSON records it; never guessed. */
 export function machineOf(json: Json): string {
   const m = json.machine as Json | undefined;
   if (m && typeof m === 'object') {
-    const kvm = m.kvm === 'pvm' ? 'PVM host (KVM without hardware virtualization)' : m.kvm === 'hardware' ? 'hardware virtualization' : 'no /dev/kvm';
-    return `${str(m.cpu) ?? 'unknown CPU'}, ${m.cores} cores, ${m.memoryGiB} GiB, Linux ${str(m.kernel) ?? '?'}, ${kvm}, Node ${str(m.node) ?? '?'}`;
+    const kvm = KVM_KINDS[str(m.kvm) ?? ''] ?? 'KVM kind not recorded';
+    const load = Array.isArray(m.loadAverage) ? `, load average ${m.loadAverage[0]} -> ${m.loadAverage[1]}` : '';
+    return `${str(m.cpu) ?? 'unknown CPU'}, ${m.cores} cores, ${m.memoryGiB} GiB, Linux ${str(m.kernel) ?? '?'}, ${kvm}, Node ${str(m.node) ?? '?'}${load}`;
   }
   const parts: string[] = [];
-  if (str(json.host) && json.host !== 'vm') parts.push(str(json.host)!);
+  // Older benches wrote `host`: a kernel line (x64 ...) or a bare hostname ('vm' says nothing).
+  const host = str(json.host);
+  if (host && host !== 'vm') parts.push(/\s/.test(host) ? host : `host "${host}" (no more recorded)`);
   if (json.hostKind === 'pvm') parts.push('PVM host (KVM without hardware virtualization)');
   else if (json.hostKind === 'hardware') parts.push('hardware virtualization');
   if (str(json.where)) parts.push(str(json.where)!);
@@ -56,6 +68,7 @@ export function rowFigure(r: BenchRow): Figure {
   if (r.n !== undefined) f.n = r.n;
   if (r.p50 !== undefined) f.p50 = r.p50;
   if (r.p99 !== undefined) f.p99 = r.p99;
+  if (r.mean !== undefined) f.mean = r.mean;
   if (r.value !== undefined) f.value = r.value;
   if (r.target !== undefined) f.target = r.target;
   if (r.meetsTarget !== undefined) f.meetsTarget = r.meetsTarget;
@@ -74,7 +87,11 @@ interface Spec {
 }
 
 const rows = (json: Json): Figure[] => ((json.rows as BenchRow[] | undefined) ?? []).filter((r) => r.n !== 0).map(rowFigure);
-const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+/** A figure from raw samples the JSON holds (p50 and mean by bench/report.ts's summarize). */
+function sampled(name: string, unit: string, xs: number[], extra: Partial<Figure> = {}): Figure {
+  const { p50, mean } = summarize(xs);
+  return { name, unit, n: xs.length, p50, mean, ...extra };
+}
 
 export const SPECS: Spec[] = [
   {
@@ -127,16 +144,24 @@ export const SPECS: Spec[] = [
   {
     id: 'net',
     title: 'The network backend',
-    what: 'passt as the user-mode network: its start, an ARP round trip and its memory per sandbox (median of the instances), and the virtio-net device\'s throughput against fake guest memory.',
+    what: 'passt as the user-mode network: its start, an ARP round trip and its memory per sandbox (p50 and mean over the instances), libslirp in-process for comparison, and the virtio-net device\'s throughput against fake guest memory.',
     rerun: 'npm run bench -- net',
+    // The stored net.json predates the bench's rows: its raw samples are summarized here.
     figures: (json) => {
+      if (Array.isArray(json.rows)) return rows(json);
       const starts = (json.startsMs as number[] | undefined) ?? [];
       const arp = (json.arpUs as number[] | undefined) ?? [];
       const mem = (json.passtMemoryKiB as Array<{ pss: number }> | undefined) ?? [];
+      const slirp = json.slirp as { instances: number; create_us_each: number; arp_us_each: number; rss_kib_each: number } | undefined;
       const out: Figure[] = [];
-      if (starts.length) out.push({ name: 'passt start (spawn to ready)', unit: 'ms', n: starts.length, p50: median(starts) });
-      if (arp.length) out.push({ name: 'ARP round trip through passt', unit: 'us', n: arp.length, p50: median(arp) });
-      if (mem.length) out.push({ name: 'passt memory per sandbox (PSS)', unit: 'KiB', n: mem.length, p50: median(mem.map((m) => m.pss)), target: '< 5 MiB' });
+      if (starts.length) out.push(sampled('passt start (spawn to ready)', 'ms', starts));
+      if (arp.length) out.push(sampled('ARP round trip through passt', 'us', arp));
+      if (mem.length) out.push(sampled('passt memory per sandbox (PSS)', 'KiB', mem.map((m) => m.pss), { target: '< 5 MiB' }));
+      if (slirp) {
+        out.push({ name: 'reference: libslirp (in-process): create', unit: 'us', n: slirp.instances, value: slirp.create_us_each });
+        out.push({ name: 'reference: libslirp (in-process): ARP answered', unit: 'us', n: slirp.instances, value: slirp.arp_us_each });
+        out.push({ name: 'reference: libslirp (in-process): memory each', unit: 'KiB', n: slirp.instances, value: slirp.rss_kib_each });
+      }
       return out;
     },
     notes: (json) => (str(json.device) ? ['The device\'s throughput, as the bench printed it:', '', '```text', str(json.device)!.trimEnd(), '```'] : []),

@@ -11,9 +11,9 @@ function target(f: Figure): string {
 }
 
 function table(figs: Figure[]): string[] {
-  const lines = ['| measure | n | p50 | p99 | value | unit | target | note |', '| --- | --: | --: | --: | --: | --- | --- | --- |'];
+  const lines = ['| measure | n | p50 | p99 | mean | value | unit | target | note |', '| --- | --: | --: | --: | --: | --: | --- | --- | --- |'];
   for (const f of figs)
-    lines.push(`| ${cell(f.name)} | ${f.n ?? ''} | ${num(f.p50)} | ${num(f.p99)} | ${num(f.value)} | ${f.unit} | ${cell(target(f))} | ${cell(f.note ?? '')} |`);
+    lines.push(`| ${cell(f.name)} | ${f.n ?? ''} | ${num(f.p50)} | ${num(f.p99)} | ${num(f.mean)} | ${num(f.value)} | ${f.unit} | ${cell(target(f))} | ${cell(f.note ?? '')} |`);
   return lines;
 }
 
@@ -42,7 +42,7 @@ export function benchmarksPage(families: Family[]): string {
       '',
       f.what,
       '',
-      `Measured ${f.date} on: ${f.machine}. Source: \`${f.file}\`. Again: \`${f.rerun}\`.`,
+      `Measured on: ${f.machine}; ${f.date}. Source: \`${f.file}\`. To run it again: \`${f.rerun}\`.`,
       '',
       ...table(f.figures),
       '',
@@ -71,24 +71,33 @@ export const HEADLINES: Headline[] = [
   { family: 'vmm', figure: /^PIO exit round trip/, label: 'VM exit round trip (port I/O)' },
 ];
 
+/** A headline's number with the statistic it is: the p50 where the bench gave one; else its value,
+ *  which over n > 1 is a mean (the exit loops: the loop's time over its exits). */
+export function headlineFigure(f: Figure): string {
+  if (f.p50 !== undefined) return `${num(f.p50)} ${f.unit} p50`;
+  if (f.value === undefined) return '';
+  return f.n !== undefined && f.n > 1 ? `${num(f.value)} ${f.unit} (mean of ${num(f.n)})` : `${num(f.value)} ${f.unit}`;
+}
+
 export function readmeBlock(families: Family[]): string {
   const byId = new Map(families.map((f) => [f.id, f]));
   const machines: string[] = [];
-  const lines = ['| path | p50 | measured on |', '| --- | --: | --- |'];
+  const lines = ['| path | figure | measured on |', '| --- | --: | --- |'];
   for (const h of HEADLINES) {
     const fam = byId.get(h.family);
     const fig = fam?.figures.find((f) => h.figure.test(f.name));
     if (!fam || !fig) continue;
     if (!machines.includes(fam.machine)) machines.push(fam.machine);
-    lines.push(`| ${h.label} | ${num(fig.p50 ?? fig.value)} ${fig.unit} | [${machines.indexOf(fam.machine) + 1}] ${fam.date} |`);
+    lines.push(`| ${h.label} | ${headlineFigure(fig)} | [${machines.indexOf(fam.machine) + 1}] ${fam.date} |`);
   }
   return [
-    'Measured with the test guest standing in for Linux; every figure, its machine and how to rerun it:',
+    'The sandbox paths are measured with the test guest (guest/testvm) standing in for Linux. Every figure, its machine and how to rerun it:',
     '[docs/benchmarks.md](docs/benchmarks.md).',
     '',
     ...lines,
     '',
-    ...machines.map((m, i) => `[${i + 1}] ${m}`.replace(/^/, '') + (i < machines.length - 1 ? '  ' : '')),
+    // Two trailing spaces: a line break inside one paragraph.
+    ...machines.map((m, i) => `[${i + 1}] ${m}` + (i < machines.length - 1 ? '  ' : '')),
     '',
     '![Sandboxes from a warm template](docs/benchmarks/template.svg)',
   ].join('\n');
