@@ -34,7 +34,7 @@ import { checkKernelFile } from '../setup/kernel-format.js';
 import { Machine } from '../vm/machine.js';
 import { type NetworkOptions, type ResolvedNetwork, resolveNetwork } from '../net/options.js';
 import { SandboxNetwork } from '../net/sandbox-network.js';
-import { createAgentApi } from './agent-api.js';
+import { agentApiWith } from './agent-api.js';
 import { growRootFs, syncGuest } from './guest-requests.js';
 import { infoOf, type SandboxInfo } from './info.js';
 import { IdleTimer } from './idle-timer.js';
@@ -223,20 +223,17 @@ export class Sandbox implements AsyncDisposable {
     this.#meta = meta;
     this.#run = run;
     this.#life = new Lifecycle('running', `sandbox ${dir.id}`);
-    const api = createAgentApi(() => this.client, commandDefaultsOf(meta));
+    // Foreground runs are tracked so that a pause waits for them (docs/sandbox-lifecycle.md).
+    const api = agentApiWith(() => this.client, commandDefaultsOf(meta), {
+      onForeground: (p) => {
+        this.#foreground.add(p);
+        const done = () => this.#foreground.delete(p);
+        p.then(done, done);
+      },
+    });
     this.commands = api.commands;
     this.files = api.files;
     this.pty = api.pty;
-    const run_ = api.commands.run.bind(api.commands) as (...a: unknown[]) => Promise<unknown>;
-    // Foreground runs are tracked so that a pause waits for them (docs/sandbox-lifecycle.md).
-    (api.commands as { run: unknown }).run = (cmd: unknown, opts?: { background?: boolean }) => {
-      const p = run_(cmd, opts);
-      if (opts?.background) return p;
-      this.#foreground.add(p);
-      const done = () => this.#foreground.delete(p);
-      p.then(done, done);
-      return p;
-    };
     this.#adopt(run);
     this.#armTimeout();
     registerRunning(this);
@@ -285,24 +282,14 @@ export class Sandbox implements AsyncDisposable {
     machine.captureOnTeardown(this.#dir.snapshots, EXIT_CAPTURE_TIMEOUT_MS);
     // An idle session does not keep the process alive: Node reaches beforeExit, which pauses.
     client.setIdleUnref(true);
-    const open = client.open.bind(client);
-    client.open = (type, fields, handler, opts) => {
-      if (this.#life.state !== 'running' && !this.#internal) this.#life.require('a request to the agent', 'running');
-      this.#idle?.touch();
-      return open(
-        type,
-        fields,
-        {
-          onFrame: (...a) => {
-            this.#idle?.touch();
-            handler.onFrame(...a);
-          },
-          onError: (err) => handler.onError(err),
-          ...(handler.reissue ? { reissue: () => handler.reissue!() } : {}),
-        },
-        opts,
-      );
-    };
+    // Requests are refused unless the sandbox runs (its own SYNC while pausing excepted); they and
+    // their answers count as activity for the lifecycle timeout.
+    client.setRequestHooks({
+      beforeOpen: () => {
+        if (this.#life.state !== 'running' && !this.#internal) this.#life.require('a request to the agent', 'running');
+      },
+      onActivity: () => this.#idle?.touch(),
+    });
     // A guest that stops by itself (panic, reset, poweroff) takes the agent with it: end the
     // session now rather than letting requests wait for reconnects that cannot succeed.
     // The requests it fails say why the machine ended (a guest panic's last console line).
