@@ -15,11 +15,10 @@
 // port 1024 -> HELLO.
 // pause() / connect(): docs/sandbox-lifecycle.md. States and transitions: lifecycle.ts.
 import { existsSync } from 'node:fs';
-import { readFile, stat } from 'node:fs/promises';
+import { stat } from 'node:fs/promises';
 
 import { InvalidArgumentError, KvmUnavailableError, SandboxNotFoundError, TemplateNotFoundError, TorporError } from '../errors.js';
 import type { AgentClient } from '../agent/client.js';
-import { homeLayout, torporHome } from '../store/home.js';
 import { dropUnreferencedLayers, generationDiskLayers, metaLayerPath } from '../store/generations.js';
 import { takeOwnerLock, type OwnerLock } from '../store/owner-lock.js';
 import {
@@ -35,26 +34,30 @@ import { Machine } from '../vm/machine.js';
 import { type NetworkOptions, type ResolvedNetwork, resolveNetwork } from '../net/options.js';
 import { SandboxNetwork } from '../net/sandbox-network.js';
 import { agentApiWith } from './agent-api.js';
+import { sharedArtifacts } from './artifacts-cache.js';
 import { growRootFs, syncGuest } from './guest-requests.js';
+import { linuxGuestSupport } from './host-check.js';
 import { infoOf, type SandboxInfo } from './info.js';
 import { IdleTimer } from './idle-timer.js';
-import { Lifecycle, SANDBOX_STATES, isSandboxState, type SandboxState } from './lifecycle.js';
+import { Lifecycle, type SandboxState } from './lifecycle.js';
+import { SANDBOX_BUSY, addLive, dropLive, liveSandbox } from './live.js';
 import { installSignalHandlers, registerRunning, unregisterRunning } from './process-exit.js';
-import { GUEST_CID, awaitBootedAgent, awaitRestoredAgent, guestMachineOptions } from './readiness.js';
+import { GUEST_CMDLINE, awaitBootedAgent, awaitRestoredAgent, guestMachineOptions } from './readiness.js';
 import { resume, type ConnectOpts, type Running } from './resume.js';
+import { checkConnectOpts, checkCreateOpts, checkSetTimeout, commandDefaultsOf, listFilter } from './sandbox-options.js';
 import { restoreInto, startFromTemplate, type Started } from './template-start.js';
 import type { TemplateInputs } from './template.js';
 export type { ConnectOpts } from './resume.js';
 export type { SandboxInfo } from './info.js';
-export { GUEST_CID };
 export type { SandboxState } from './lifecycle.js';
-import type { CommandDefaults, Commands } from './commands.js';
+export { linuxGuestSupport } from './host-check.js';
+export { sharedArtifacts } from './artifacts-cache.js';
+import type { Commands } from './commands.js';
 import type { Files } from './files.js';
 import type { Pty } from './pty.js';
-import { checkEnvs, checkInt, checkKnownKeys, checkObject, checkString, fail } from './validate.js';
+import { checkInt } from './validate.js';
 import { readTemplateRecord, type TemplateRecord } from '../template/record.js';
-import { checkResources, mergeResourceAliases, DEFAULT_CPU, DEFAULT_MEMORY_MB, type ResourcesOpts } from '../template/resources.js';
-import { parseImageUser } from '../template/user.js';
+import { mergeResourceAliases, DEFAULT_CPU, DEFAULT_MEMORY_MB, type ResourcesOpts } from '../template/resources.js';
 
 const MIB = 1048576;
 
@@ -124,78 +127,12 @@ export interface ListOpts {
   metadata?: Record<string, string>;
 }
 
-export const GUEST_CMDLINE =
-  'console=ttyS0 reboot=k panic=1 pci=off nomodule 8250.nr_uarts=1 i8042.noaux i8042.nomux i8042.dumbkbd ' +
-  'acpi=off root=/dev/vda rw rootflags=noinit_itable init=/usr/sbin/torpor-agent quiet';
-export { AGENT_KNOCK_PORT, AGENT_VSOCK_PORT, awaitBootedAgent, awaitRestoredAgent } from './readiness.js';
+export { AGENT_KNOCK_PORT, AGENT_VSOCK_PORT, GUEST_CID, GUEST_CMDLINE, awaitBootedAgent, awaitRestoredAgent } from './readiness.js';
 
-const OPT_KEYS = ['template', 'resources', 'vcpus', 'memoryMiB', 'envs', 'metadata', 'boot', 'timeoutMs', 'lifecycle', 'network'] as const;
 /** How long the guest has to answer SYNC before a pause captures without it. */
 const SYNC_TIMEOUT_MS = 10_000;
 /** How long the capture of an ending process waits for the vCPUs to park. */
 const EXIT_CAPTURE_TIMEOUT_MS = 2_000;
-
-function validate(opts: SandboxOpts): void {
-  checkObject('opts', opts);
-  checkKnownKeys('opts', opts, OPT_KEYS);
-  if (opts.template !== false) checkString('opts.template', opts.template, { nonEmpty: true });
-  checkResources('opts.resources', opts.resources);
-  checkInt('opts.vcpus', opts.vcpus, 1, 64);
-  checkInt('opts.memoryMiB', opts.memoryMiB, 64, 256 * 1024);
-  checkEnvs('opts.envs', opts.envs);
-  checkEnvs('opts.metadata', opts.metadata);
-  checkInt('opts.timeoutMs', opts.timeoutMs, 1, 2 ** 31 - 1);
-  checkObject('opts.lifecycle', opts.lifecycle);
-  checkKnownKeys('opts.lifecycle', opts.lifecycle, ['onTimeout']);
-  const onTimeout = opts.lifecycle?.onTimeout;
-  if (onTimeout !== undefined && onTimeout !== 'pause' && onTimeout !== 'kill') fail('opts.lifecycle.onTimeout', "'pause' or 'kill'", onTimeout);
-  checkObject('opts.boot', opts.boot);
-  checkKnownKeys('opts.boot', opts.boot, ['kernel', 'cmdlineExtra', 'timeoutMs']);
-  checkString('opts.boot.kernel', opts.boot?.kernel, { nonEmpty: true });
-  checkString('opts.boot.cmdlineExtra', opts.boot?.cmdlineExtra);
-  checkInt('opts.boot.timeoutMs', opts.boot?.timeoutMs, 1, 2 ** 31 - 1);
-  if (opts.boot?.kernel !== undefined && !existsSync(opts.boot.kernel)) fail('opts.boot.kernel', 'an existing file', opts.boot.kernel);
-  resolveNetwork('opts.network', opts.network);
-}
-
-function validateConnect(opts: ConnectOpts): void {
-  checkObject('opts', opts);
-  checkKnownKeys('opts', opts, ['onResume', 'restoreTimeoutMs', 'bootTimeoutMs']);
-  if (opts.onResume !== undefined && opts.onResume !== 'restore' && opts.onResume !== 'reboot') fail('opts.onResume', "'restore' or 'reboot'", opts.onResume);
-  checkInt('opts.restoreTimeoutMs', opts.restoreTimeoutMs, 1, 2 ** 31 - 1);
-  checkInt('opts.bootTimeoutMs', opts.bootTimeoutMs, 1, 2 ** 31 - 1);
-}
-
-/** Whether this host can boot a Linux guest, and if not, exactly why and what to do. */
-export async function linuxGuestSupport(kernelOverride?: string): Promise<{ ok: true } | { ok: false; reason: string }> {
-  const { detectHost } = await import('../setup/host.js');
-  const host = await detectHost();
-  if (!host.kvm) {
-    return { ok: false, reason: '/dev/kvm does not exist: this host has no KVM. Run torpor on a Linux host with KVM enabled (`torpor doctor` says what is missing).' };
-  }
-  if (host.kind === 'pvm' && !kernelOverride && !process.env.TORPOR_KERNEL && !(await recordedKernel())) {
-    const { PVM_KERNEL_NOTE } = await import('../setup/artifacts.js');
-    return { ok: false, reason: PVM_KERNEL_NOTE };
-  }
-  return { ok: true };
-}
-
-async function recordedKernel(): Promise<boolean> {
-  try {
-    const record = JSON.parse(await readFile(homeLayout(torporHome()).setupRecord, 'utf8')) as { kernel?: { source?: string } };
-    return typeof record.kernel?.source === 'string';
-  } catch {
-    return false;
-  }
-}
-
-
-
-const SANDBOX_BUSY = (id: string, pid: number | null) =>
-  new TorporError(
-    'SANDBOX_BUSY',
-    `sandbox ${id} is in use by ${pid ? `process ${pid}` : 'another process'}: pause it there (or end that process), then connect again`,
-  );
 
 export class Sandbox implements AsyncDisposable {
   readonly sandboxId: string;
@@ -237,7 +174,7 @@ export class Sandbox implements AsyncDisposable {
     this.#adopt(run);
     this.#armTimeout();
     registerRunning(this);
-    live.set(dir.id, this);
+    addLive(this);
   }
 
   /** Alias of sandboxId. */
@@ -318,7 +255,7 @@ export class Sandbox implements AsyncDisposable {
   }
 
   static async create(opts: SandboxOpts = {}): Promise<Sandbox> {
-    validate(opts);
+    checkCreateOpts(opts);
     const useTemplate = opts.template !== false;
     const template = typeof opts.template === 'string' ? opts.template : 'base';
     const sizes = mergeResourceAliases(opts.resources, opts.vcpus, opts.memoryMiB);
@@ -575,8 +512,8 @@ export class Sandbox implements AsyncDisposable {
    */
   static async connect(sandboxId: string, opts: ConnectOpts = {}): Promise<Sandbox> {
     checkSandboxId(sandboxId);
-    validateConnect(opts);
-    const mine = live.get(sandboxId);
+    checkConnectOpts(opts);
+    const mine = liveSandbox(sandboxId);
     if (mine && mine.#pausing) await mine.#pausing.catch(() => undefined);
     if (mine && mine.#life.state === 'running') return mine;
     if (mine && mine.#run) {
@@ -600,20 +537,10 @@ export class Sandbox implements AsyncDisposable {
     }
   }
 
-  /** The sandboxes under TORPOR_HOME, optionally only those in `state`. */
   /** The sandboxes under TORPOR_HOME, optionally only those in a state (or states) and with
    *  the given metadata; `{ query: { state, metadata } }` (E2B's shape) works too. */
   static async list(opts: ListOpts & { query?: ListOpts } = {}): Promise<SandboxInfo[]> {
-    checkObject('opts', opts);
-    checkKnownKeys('opts', opts, ['state', 'metadata', 'query']);
-    const query: ListOpts | undefined = opts.query;
-    checkObject('opts.query', query as unknown);
-    checkKnownKeys('opts.query', query, ['state', 'metadata']);
-    const state = opts.state ?? query?.state;
-    const metadata = opts.metadata ?? query?.metadata;
-    checkEnvs('opts.metadata', metadata);
-    const want = state === undefined ? null : Array.isArray(state) ? state : [state];
-    for (const s of want ?? []) if (!isSandboxState(s)) fail('opts.state', `one of ${SANDBOX_STATES.join(', ')}`, s);
+    const { states: want, metadata } = listFilter(opts);
     const out: SandboxInfo[] = [];
     for (const id of await sandboxIds()) {
       const info = await Sandbox.getInfo(id).catch(() => null);
@@ -629,10 +556,7 @@ export class Sandbox implements AsyncDisposable {
    * `lifecycle.onTimeout`; 0 turns it off. Kept in meta.json, so it survives pause and connect.
    */
   async setTimeout(timeoutMs: number, opts: { onTimeout?: OnTimeout } = {}): Promise<void> {
-    checkInt('timeoutMs', timeoutMs, 0, 2 ** 31 - 1);
-    checkObject('opts', opts);
-    checkKnownKeys('opts', opts, ['onTimeout']);
-    if (opts.onTimeout !== undefined && opts.onTimeout !== 'pause' && opts.onTimeout !== 'kill') fail('opts.onTimeout', "'pause' or 'kill'", opts.onTimeout);
+    checkSetTimeout(timeoutMs, opts);
     this.#life.require('setTimeout()', 'running');
     const meta = { ...this.#meta };
     delete meta.timeoutMs;
@@ -649,7 +573,7 @@ export class Sandbox implements AsyncDisposable {
   /** What a sandbox is and where it stands, from its directory (any process may ask). */
   static async getInfo(sandboxId: string): Promise<SandboxInfo> {
     checkSandboxId(sandboxId);
-    const mine = live.get(sandboxId);
+    const mine = liveSandbox(sandboxId);
     if (mine && mine.#run) return mine.getInfo();
     const dir = new SandboxDir(sandboxId);
     const meta = await dir.readMeta();
@@ -681,7 +605,7 @@ export class Sandbox implements AsyncDisposable {
    */
   static async kill(sandboxId: string): Promise<boolean> {
     checkSandboxId(sandboxId);
-    const mine = live.get(sandboxId);
+    const mine = liveSandbox(sandboxId);
     if (mine && mine.#run) {
       await mine.kill();
       return true;
@@ -707,7 +631,7 @@ export class Sandbox implements AsyncDisposable {
     if (this.#life.state !== 'killed') this.#life.to('killed');
     this.#idle?.stop();
     unregisterRunning(this);
-    if (live.get(this.sandboxId) === this) live.delete(this.sandboxId);
+    dropLive(this);
   }
 
   /** Opt-in: on SIGINT / SIGTERM, pause the running sandboxes, then re-raise the signal. */
@@ -819,15 +743,6 @@ async function bootMachine(
   }
 }
 
-/** The defaults every command of a sandbox gets: its envs, and its template's user and directory. */
-function commandDefaultsOf(meta: SandboxMeta): CommandDefaults {
-  return {
-    ...(Object.keys(meta.envs).length ? { envs: meta.envs } : {}),
-    ...(meta.defaults?.user ? parseImageUser(meta.defaults.user) : {}),
-    ...(meta.defaults?.cwd ? { cwd: meta.defaults.cwd } : {}),
-  };
-}
-
 /**
  * A sandbox from a user template: its build restored when the sandbox has the template's machine
  * (vCPUs, memory, a network device or none), else `{ reason }`: boot the template's disk.
@@ -853,64 +768,6 @@ async function startFromUserTemplate(
   }
 }
 
-/** Sandboxes this process runs or ran, by id (connect returns the running one as it is). */
-const live = new Map<string, Sandbox>();
-
-
 export function tailText(machine: Machine): string {
   return machine.consoleTail().toString('utf8');
-}
-
-/** Concurrent creates (8 sandboxes at once) share one ensureArtifacts() call instead of racing
- *  to check or build the same store entries. */
-const inFlight = new Map<string, ReturnType<typeof ensureArtifactsOnce>>();
-function ensureArtifactsOnce(kernel: string | undefined) {
-  return Promise.all([import('../setup/artifacts.js'), import('../setup/progress.js')]).then(([{ ensureArtifacts }, { streamProgress }]) => {
-    // A first create that fetches or builds (a download, an image, minutes without a prebuilt
-    // kernel) says so on stderr, as `torpor setup` does; one that finds everything stored
-    // prints nothing. TORPOR_SETUP_PROGRESS=0 silences it.
-    const sink = process.env.TORPOR_SETUP_PROGRESS === '0' ? undefined : streamProgress(process.stderr);
-    const onProgress = sink && ((e: Parameters<typeof sink>[0]) => e.status !== 'cached' && sink(e));
-    return ensureArtifacts({ ...(kernel ? { kernel } : {}), ...(onProgress ? { onProgress } : {}) });
-  });
-}
-type Resolved = Awaited<ReturnType<typeof ensureArtifactsOnce>>;
-
-/** What a later create in this process reuses: ensureArtifacts() spends 50-80 ms on store
- *  checks, while a stat of each file it named (and of the caller's kernel and setup's record)
- *  costs well under a millisecond. Any change of identity (inode, size, mtime) asks again. */
-const resolved = new Map<string, { artifacts: Resolved; stamps: Array<[string, string]> }>();
-
-async function fileStamp(path: string): Promise<string> {
-  try {
-    const st = await stat(path);
-    return `${st.ino}:${st.size}:${st.mtimeMs}`;
-  } catch {
-    return 'absent';
-  }
-}
-
-async function stampsOf(paths: string[]): Promise<Array<[string, string]>> {
-  return Promise.all(paths.map(async (path): Promise<[string, string]> => [path, await fileStamp(path)]));
-}
-
-export async function sharedArtifacts(kernel: string | undefined): Promise<Resolved> {
-  const home = torporHome();
-  const supplied = kernel ?? process.env.TORPOR_KERNEL;
-  const key = `${home}\0${supplied ?? ''}`;
-  const hit = resolved.get(key);
-  if (hit) {
-    const now = await stampsOf(hit.stamps.map(([path]) => path));
-    if (now.every(([, stamp], i) => stamp === hit.stamps[i]![1])) return hit.artifacts;
-    resolved.delete(key);
-  }
-  let pending = inFlight.get(key);
-  if (!pending) {
-    pending = ensureArtifactsOnce(kernel).finally(() => inFlight.delete(key));
-    inFlight.set(key, pending);
-  }
-  const artifacts = await pending;
-  const watched = [artifacts.kernel, artifacts.rootfs, homeLayout(home).setupRecord, ...(supplied ? [supplied] : [])];
-  resolved.set(key, { artifacts, stamps: await stampsOf(watched) });
-  return artifacts;
 }

@@ -22,7 +22,9 @@ import { resolveNetwork, type NetworkOptions, type ResolvedNetwork } from '../ne
 import { SandboxNetwork } from '../net/sandbox-network.js';
 import { createAgentApi } from '../sandbox/agent-api.js';
 import { growRootFs, syncGuest } from '../sandbox/guest-requests.js';
-import { GUEST_CMDLINE, linuxGuestSupport, sharedArtifacts } from '../sandbox/sandbox.js';
+import { sharedArtifacts } from '../sandbox/artifacts-cache.js';
+import { linuxGuestSupport } from '../sandbox/host-check.js';
+import { GUEST_CMDLINE } from '../sandbox/readiness.js';
 import { checkTemplateName, ensureTemplate, freeze, type TemplateBuild, type TemplateInputs } from '../sandbox/template.js';
 import { restoreRunning } from '../sandbox/template-start.js';
 import { checkEnvs, checkFunction, checkKnownKeys, checkObject, checkString, fail } from '../sandbox/validate.js';
