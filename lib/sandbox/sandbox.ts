@@ -6,60 +6,48 @@
 //   await sbx.pause()                                   // RAM, processes, files: into its directory
 //   const again = await Sandbox.connect(sbx.sandboxId)  // hours later, from any process
 //
-// create(): validate options -> check this host can boot a Linux guest -> ensureArtifacts()
-// (kernel, root filesystem with the agent as /usr/sbin/torpor-agent) -> its directory
-// (lib/store/sandbox-dir.ts) with the owner lock taken -> the warm template for its settings
-// restored into it (template-start.ts; the first create boots and captures the template) ->
-// RESUMED. Without a template (template: false, or one that cannot be used): a Machine with the
-// root filesystem as /dev/vda -> the agent's knock on vsock port 1023 (readiness.ts) -> vsock
-// port 1024 -> HELLO.
-// pause() / connect(): docs/sandbox-lifecycle.md. States and transitions: lifecycle.ts.
+// create(): its options checked (sandbox-options.ts) -> this host can boot a Linux guest
+// (host-check.ts) -> the kernel and root filesystem, with the agent as /usr/sbin/torpor-agent
+// (artifacts-cache.ts) -> its directory with the owner lock taken, the warm template for its
+// settings restored into it or, without one, a cold boot (create.ts, over guest-run.ts).
+// connect(): resume.ts. pause(): pause.ts. A process that ends with it running: exit-capture.ts.
+// Which sandboxes this process holds: live.ts. pause() / connect(): docs/sandbox-lifecycle.md.
+// States and transitions: lifecycle.ts.
 import { existsSync } from 'node:fs';
-import { stat } from 'node:fs/promises';
 
 import { InvalidArgumentError, KvmUnavailableError, SandboxNotFoundError, TemplateNotFoundError, TorporError } from '../errors.js';
 import type { AgentClient } from '../agent/client.js';
-import { dropUnreferencedLayers, generationDiskLayers, metaLayerPath } from '../store/generations.js';
-import { takeOwnerLock, type OwnerLock } from '../store/owner-lock.js';
-import {
-  SandboxDir,
-  checkSandboxId,
-  newSandboxId,
-  sandboxIds,
-  type OnTimeout,
-  type SandboxMeta,
-} from '../store/sandbox-dir.js';
+import type { NetworkOptions } from '../net/options.js';
 import { checkKernelFile } from '../setup/kernel-format.js';
-import { Machine } from '../vm/machine.js';
-import { type NetworkOptions, type ResolvedNetwork, resolveNetwork } from '../net/options.js';
-import { SandboxNetwork } from '../net/sandbox-network.js';
+import { takeOwnerLock } from '../store/owner-lock.js';
+import { SandboxDir, checkSandboxId, sandboxIds, type OnTimeout, type SandboxMeta } from '../store/sandbox-dir.js';
+import { readTemplateRecord, type TemplateRecord } from '../template/record.js';
+import { mergeResourceAliases, type ResourcesOpts } from '../template/resources.js';
+import type { Machine } from '../vm/machine.js';
 import { agentApiWith } from './agent-api.js';
 import { sharedArtifacts } from './artifacts-cache.js';
-import { growRootFs, syncGuest } from './guest-requests.js';
+import type { Commands } from './commands.js';
+import { startSandbox } from './create.js';
+import { captureNow, captureOnTeardown } from './exit-capture.js';
+import type { Files } from './files.js';
 import { linuxGuestSupport } from './host-check.js';
-import { infoOf, type SandboxInfo } from './info.js';
 import { IdleTimer } from './idle-timer.js';
+import { infoOf, type SandboxInfo } from './info.js';
 import { Lifecycle, type SandboxState } from './lifecycle.js';
 import { SANDBOX_BUSY, addLive, dropLive, liveSandbox } from './live.js';
+import { pausedMeta, recordPaused, syncBeforeCapture } from './pause.js';
 import { installSignalHandlers, registerRunning, unregisterRunning } from './process-exit.js';
-import { GUEST_CMDLINE, awaitBootedAgent, awaitRestoredAgent, guestMachineOptions } from './readiness.js';
+import type { Pty } from './pty.js';
 import { resume, type ConnectOpts, type Running } from './resume.js';
 import { checkConnectOpts, checkCreateOpts, checkSetTimeout, commandDefaultsOf, listFilter } from './sandbox-options.js';
-import { restoreInto, startFromTemplate, type Started } from './template-start.js';
-import type { TemplateInputs } from './template.js';
+import { checkInt } from './validate.js';
+
 export type { ConnectOpts } from './resume.js';
 export type { SandboxInfo } from './info.js';
 export type { SandboxState } from './lifecycle.js';
 export { linuxGuestSupport } from './host-check.js';
 export { sharedArtifacts } from './artifacts-cache.js';
-import type { Commands } from './commands.js';
-import type { Files } from './files.js';
-import type { Pty } from './pty.js';
-import { checkInt } from './validate.js';
-import { readTemplateRecord, type TemplateRecord } from '../template/record.js';
-import { mergeResourceAliases, DEFAULT_CPU, DEFAULT_MEMORY_MB, type ResourcesOpts } from '../template/resources.js';
-
-const MIB = 1048576;
+export { AGENT_KNOCK_PORT, AGENT_VSOCK_PORT, GUEST_CID, GUEST_CMDLINE, awaitBootedAgent, awaitRestoredAgent } from './readiness.js';
 
 export interface SandboxOpts {
   /**
@@ -127,13 +115,6 @@ export interface ListOpts {
   metadata?: Record<string, string>;
 }
 
-export { AGENT_KNOCK_PORT, AGENT_VSOCK_PORT, GUEST_CID, GUEST_CMDLINE, awaitBootedAgent, awaitRestoredAgent } from './readiness.js';
-
-/** How long the guest has to answer SYNC before a pause captures without it. */
-const SYNC_TIMEOUT_MS = 10_000;
-/** How long the capture of an ending process waits for the vCPUs to park. */
-const EXIT_CAPTURE_TIMEOUT_MS = 2_000;
-
 export class Sandbox implements AsyncDisposable {
   readonly sandboxId: string;
   readonly commands: Commands;
@@ -194,12 +175,12 @@ export class Sandbox implements AsyncDisposable {
   /** The running machine (tests and diagnostics read it; the API does not expose it). */
   private get machine(): Machine {
     if (!this.#run) throw this.#notRunning('the machine');
-    return this.#run.machine;
+    return this.#run.guest.machine;
   }
 
   private get client(): AgentClient {
     if (!this.#run) throw this.#notRunning('this request');
-    return this.#run.client;
+    return this.#run.guest.client;
   }
 
   #notRunning(what: string): TorporError {
@@ -213,10 +194,10 @@ export class Sandbox implements AsyncDisposable {
 
   /** Hooks a new machine and client into the sandbox: activity, and the guest ending by itself. */
   #adopt(run: Running): void {
-    const { client, machine } = run;
+    const { client, machine, network } = run.guest;
     // A worker thread that ends with this sandbox running (no JS runs there): the addon's cleanup
     // hook captures it into the next generation; connect finds it newer than meta.json says.
-    machine.captureOnTeardown(this.#dir.snapshots, EXIT_CAPTURE_TIMEOUT_MS);
+    captureOnTeardown(machine, this.#dir);
     // An idle session does not keep the process alive: Node reaches beforeExit, which pauses.
     client.setIdleUnref(true);
     // Requests are refused unless the sandbox runs (its own SYNC while pausing excepted); they and
@@ -231,10 +212,10 @@ export class Sandbox implements AsyncDisposable {
     // session now rather than letting requests wait for reconnects that cannot succeed.
     // The requests it fails say why the machine ended (a guest panic's last console line).
     machine.once('exit', (state, reason) => {
-      if (this.#run?.machine !== machine || this.#life.state !== 'running') return;
+      if (this.#run?.guest.machine !== machine || this.#life.state !== 'running') return;
       const last = reason.consoleTail.trimEnd().split('\n').slice(-1)[0] ?? '';
       void client.close(`the sandbox's machine ended (${state}, ${reason.kind}: ${reason.message}); console: ${last.slice(-200)}`);
-      void run.network?.stop().catch(() => undefined);
+      void network?.stop().catch(() => undefined);
       this.#idle?.stop();
       this.#life.to('failed');
       unregisterRunning(this);
@@ -256,7 +237,6 @@ export class Sandbox implements AsyncDisposable {
 
   static async create(opts: SandboxOpts = {}): Promise<Sandbox> {
     checkCreateOpts(opts);
-    const useTemplate = opts.template !== false;
     const template = typeof opts.template === 'string' ? opts.template : 'base';
     const sizes = mergeResourceAliases(opts.resources, opts.vcpus, opts.memoryMiB);
     const user: TemplateRecord | null = template === 'base' ? null : await readTemplateRecord(template);
@@ -275,88 +255,8 @@ export class Sandbox implements AsyncDisposable {
     if (!artifacts.linuxBootable) {
       throw new KvmUnavailableError(`cannot start a Linux sandbox on this host: ${artifacts.notes.join(' ')}`);
     }
-
-    const templateDiskMb = user?.resources.diskMb ?? Math.floor((await stat(artifacts.rootfs)).size / MIB);
-    // A larger disk than the template's grows on the way (the restored machine's disk, then its
-    // ext4 online, in the guest); a smaller one is the template's (ext4 does not shrink online).
-    const growBytes = sizes.diskMb !== undefined && sizes.diskMb > templateDiskMb ? sizes.diskMb * MIB : undefined;
-    const diskMb = growBytes !== undefined ? sizes.diskMb! : templateDiskMb;
-    const dir = new SandboxDir(newSandboxId());
-    const netOpts = resolveNetwork('opts.network', opts.network);
-    const netMachine = netOpts ? SandboxNetwork.machineOptions(dir.id) : undefined;
-    const meta: SandboxMeta = {
-      id: dir.id,
-      template,
-      createdAt: new Date().toISOString(),
-      vcpus: sizes.cpu ?? user?.resources.cpu ?? DEFAULT_CPU,
-      memoryMiB: sizes.memoryMb ?? user?.resources.memoryMb ?? DEFAULT_MEMORY_MB,
-      metadata: opts.metadata ?? {},
-      envs: { ...(user?.defaults.envs ?? {}), ...(opts.envs ?? {}) },
-      kernel: artifacts.kernel,
-      rootfs: user?.build.rootfs ?? artifacts.rootfs,
-      cmdline: [GUEST_CMDLINE, opts.boot?.cmdlineExtra, netMachine?.cmdline].filter(Boolean).join(' '),
-      diskMb,
-      ...(user ? { defaults: { user: user.defaults.user, cwd: user.defaults.cwd }, templateLayers: user.build.diskLayers } : {}),
-      ownerPid: process.pid,
-      state: 'starting',
-      ...(opts.timeoutMs ? { timeoutMs: opts.timeoutMs, onTimeout: opts.lifecycle?.onTimeout ?? 'kill' } : {}),
-      ...(netOpts ? { network: netOpts } : {}),
-    };
-
-    const bootMs = opts.boot?.timeoutMs ?? 30_000;
-    const inputs: TemplateInputs = {
-      name: template,
-      kernel: meta.kernel,
-      rootfs: meta.rootfs,
-      cmdline: meta.cmdline,
-      vcpus: meta.vcpus,
-      memoryMiB: meta.memoryMiB,
-      net: netOpts !== false,
-    };
-
-    // Every failure from here on stops what was started and removes the sandbox's directory.
-    let lock: OwnerLock | undefined;
-    let started: Started | undefined;
-    try {
-      await dir.create();
-      const taken = await takeOwnerLock(dir.lockPath);
-      if (!taken.ok) throw SANDBOX_BUSY(dir.id, taken.ownerPid); // a fresh random id: cannot happen
-      lock = taken.lock;
-      await dir.writeMeta(meta);
-      let bootReason = "template: false";
-      if (useTemplate && user) {
-        const r = await startFromUserTemplate(user, meta, dir, netOpts, bootMs, growBytes);
-        if ('started' in r) started = r.started;
-        else bootReason = r.reason;
-      } else if (useTemplate) {
-        const r = await startFromTemplate(inputs, dir, netOpts, { bootMs, agentMs: bootMs }, growBytes);
-        if ('started' in r) started = r.started;
-        else bootReason = r.reason;
-      }
-      started ??= await bootMachine(dir, meta, netOpts, netMachine?.net, bootMs, growBytes);
-      const { machine, client, network } = started;
-      // The disk is larger than the filesystem on it: grow it before anyone writes (returns once
-      // `df /` shows the size). Restored or booted alike.
-      if (growBytes !== undefined) await growRootFs(client, growBytes);
-      const running: SandboxMeta = {
-        ...meta,
-        state: 'running',
-        ...(network ? { hostPorts: network.hostPortsRecord() } : {}),
-        ...(started.template
-          ? { createdFrom: 'template' as const, templateBuild: started.template.dir, diskLayers: started.diskLayers }
-          : { createdFrom: 'boot' as const, bootReason }),
-      };
-      await dir.writeMeta(running);
-      return new Sandbox(dir, running, { machine, client, lock, diskLayers: started.diskLayers, ...(network ? { network } : {}) });
-    } catch (err) {
-      // The client first: with reconnect on, a client left open would keep dialling a stopped machine.
-      await started?.client.close().catch(() => undefined);
-      await started?.machine.stop().catch(() => undefined);
-      await started?.network?.stop().catch(() => undefined);
-      await dir.remove().catch(() => undefined);
-      await lock?.release().catch(() => undefined);
-      throw err;
-    }
+    const { dir, meta, run } = await startSandbox(opts, { template, user, sizes, artifacts });
+    return new Sandbox(dir, meta, run);
   }
 
   /**
@@ -384,27 +284,22 @@ export class Sandbox implements AsyncDisposable {
   async #pauseNow(): Promise<PauseResult> {
     const run = this.#run!;
     this.#life.to('pausing');
-    run.machine.captureOnTeardown(null);
+    run.guest.machine.captureOnTeardown(null);
     this.#idle?.stop();
     // Captured while the guest still ran would be fine for memory, but the output of a command
     // finishing during the capture would reach nobody: let them end first.
     await Promise.allSettled([...this.#foreground]);
     this.#internal = true;
     try {
-      await syncGuest(run.client, SYNC_TIMEOUT_MS);
-    } catch {
-      // A guest whose agent does not answer is captured anyway: memory and disk taken at one
-      // instant are consistent; only a boot from this generation's disk would miss unsynced data.
+      await syncBeforeCapture(run.guest.client);
     } finally {
       this.#internal = false;
     }
     const pausedAt = new Date();
-    await run.client.close();
     if (!existsSync(this.#dir.metaPath)) {
       // The directory was removed under a running sandbox (a test's temporary home): a capture
       // would recreate it. The sandbox ends instead.
-      await run.machine.stop().catch(() => undefined);
-      await run.network?.stop().catch(() => undefined);
+      await run.guest.stop().catch(() => undefined);
       this.#run = null;
       unregisterRunning(this);
       await run.lock.release();
@@ -413,31 +308,17 @@ export class Sandbox implements AsyncDisposable {
     }
     let snap;
     try {
-      snap = await run.machine.snapshot(this.#dir.snapshots, { stop: true });
+      // The machine captured and stopped, then its backend ends, and every host-side flow with it
+      // (open network connections are closed on pause; docs/network.md).
+      snap = await run.guest.capture(this.#dir.snapshots);
     } catch (err) {
-      await this.#captureFailed(run, err);
+      await this.#captureFailed(run);
       throw err;
     }
-    // The machine is stopped and captured: its backend ends, and every host-side flow with it
-    // (open network connections are closed on pause; docs/network.md).
-    await run.network?.stop().catch(() => undefined);
-    // The disk as the generation names it: the addon may have merged older layers into one.
-    const diskLayers = snap.diskLayers[0]?.map((p) => metaLayerPath(this.#dir, p)) ?? [...run.diskLayers, `snapshots/gen-${snap.generation}/disk0.overlay`];
-    this.#meta = {
-      ...this.#meta,
-      state: 'paused',
-      ownerPid: null,
-      generation: snap.generation,
-      pausedAt: pausedAt.toISOString(),
-      diskLayers,
-    };
+    const paused = pausedMeta(this.#dir, this.#meta, run, snap, pausedAt);
+    this.#meta = paused;
     try {
-      await this.#dir.writeMeta(this.#meta);
-      await this.#dir.dropUnusedTops(diskLayers).catch(() => undefined);
-      // meta.json is durable: what this generation no longer names goes.
-      await dropUnreferencedLayers(this.#dir, diskLayers).catch(() => undefined);
-      // meta.json writes a killed owner left half done.
-      await this.#dir.dropStaleMetaTemps().catch(() => undefined);
+      await recordPaused(this.#dir, paused);
     } finally {
       this.#run = null;
       unregisterRunning(this);
@@ -462,11 +343,7 @@ export class Sandbox implements AsyncDisposable {
     // A directory removed under a running sandbox (a test's temporary home) is not recreated.
     if (!run || this.#life.state !== 'running' || !existsSync(this.#dir.metaPath)) return;
     try {
-      run.machine.captureOnTeardown(null);
-      const pausedAt = new Date();
-      const generation = run.machine.captureNow(this.#dir.snapshots, EXIT_CAPTURE_TIMEOUT_MS);
-      const diskLayers = generationDiskLayers(this.#dir, generation) ?? [...run.diskLayers, `snapshots/gen-${generation}/disk0.overlay`];
-      this.#meta = { ...this.#meta, state: 'paused', ownerPid: null, generation, pausedAt: pausedAt.toISOString(), diskLayers };
+      this.#meta = captureNow(this.#dir, this.#meta, run);
       this.#dir.writeMetaSync(this.#meta);
       this.#life.to('pausing');
       this.#life.to('paused');
@@ -477,13 +354,11 @@ export class Sandbox implements AsyncDisposable {
 
   /** A capture that failed: a machine that still runs goes on (with a new client); one that
    *  stopped leaves the sandbox `failed`, its directory as the last generation left it. */
-  async #captureFailed(run: Running, err: unknown): Promise<void> {
-    const st = run.machine.state;
+  async #captureFailed(run: Running): Promise<void> {
+    const st = run.guest.machine.state;
     if (st === 'running' || st === 'paused') {
       try {
-        if (st === 'paused') await run.machine.resume();
-        const client = await awaitRestoredAgent(run.machine, 10_000);
-        this.#run = { ...run, client };
+        this.#run = { ...run, guest: await run.guest.reattach(10_000) };
         this.#adopt(this.#run);
         this.#life.to('running');
         this.#armTimeout();
@@ -492,13 +367,11 @@ export class Sandbox implements AsyncDisposable {
         // fall through: stop it
       }
     }
-    await run.machine.stop().catch(() => undefined);
-    await run.network?.stop().catch(() => undefined);
+    await run.guest.stop().catch(() => undefined);
     this.#run = null;
     unregisterRunning(this);
     await run.lock.release().catch(() => undefined);
     this.#life.to('failed');
-    void err;
   }
 
   /**
@@ -641,7 +514,7 @@ export class Sandbox implements AsyncDisposable {
 
   /** The guest's recent console output (kernel messages, agent log lines). */
   consoleLog(): string {
-    return this.#run ? tailText(this.#run.machine) : '';
+    return this.#run ? tailText(this.#run.guest.machine) : '';
   }
 
   /**
@@ -653,7 +526,7 @@ export class Sandbox implements AsyncDisposable {
   getHost(port: number): string {
     checkInt('port', port, 1, 65535);
     if (!this.#meta.network) throw new InvalidArgumentError('this sandbox has no network (network: false)');
-    const network = this.#run?.network;
+    const network = this.#run?.guest.network;
     if (!network) throw this.#notRunning('getHost()');
     return network.getHost(port);
   }
@@ -674,12 +547,10 @@ export class Sandbox implements AsyncDisposable {
     this.#run = null;
     this.#markKilled();
     if (!run) return;
-    run.machine.captureOnTeardown(null);
+    run.guest.machine.captureOnTeardown(null);
     try {
-      await run.client.close();
-      await run.machine.stop();
+      await run.guest.stop();
     } finally {
-      await run.network?.stop().catch(() => undefined);
       try {
         await this.#dir.remove();
       } finally {
@@ -690,81 +561,6 @@ export class Sandbox implements AsyncDisposable {
 
   async [Symbol.asyncDispose](): Promise<void> {
     await this.kill();
-  }
-}
-
-/**
- * A cold boot (template: false, or no template could be used): the root filesystem under the
- * sandbox's first overlay, the agent's knock. Its network backend starts while the machine is
- * built. Cleans up after itself on failure.
- */
-async function bootMachine(
-  dir: SandboxDir,
-  meta: SandboxMeta,
-  netOpts: ResolvedNetwork | false,
-  net: { mac: string } | undefined,
-  bootMs: number,
-  growBytes?: number,
-): Promise<Started> {
-  let machine: Machine | undefined;
-  let client: AgentClient | undefined;
-  let network: SandboxNetwork | undefined;
-  // passt starts while the machine is built; its failure is handled below, with the rest.
-  const netReady = netOpts ? SandboxNetwork.prepare(netOpts) : undefined;
-  netReady?.catch(() => undefined);
-  try {
-    // Built on the thread pool: the kernel file and KVM's VM setup never block the JS thread.
-    machine = await Machine.build(
-      guestMachineOptions(
-        meta,
-        {
-          base: meta.rootfs,
-          overlay: dir.firstOverlay,
-          ...(meta.templateLayers?.length ? { frozen: meta.templateLayers } : {}),
-          ...(growBytes !== undefined ? { sizeBytes: growBytes } : {}),
-        },
-        { consoleLog: dir.consoleLog, ...(net ? { net } : {}) },
-      ),
-    );
-    if (netReady) {
-      network = await netReady;
-      network.attach(machine);
-    }
-    await machine.start();
-    client = await awaitBootedAgent(machine, bootMs);
-    // The forwarded ports were being bound while the guest booted; getHost is good from here.
-    await network?.ready();
-    return { machine, client, diskLayers: [...(meta.templateLayers ?? [])], ...(network ? { network } : {}) };
-  } catch (err) {
-    await client?.close().catch(() => undefined);
-    await machine?.stop().catch(() => undefined);
-    await (network ?? (await netReady?.catch(() => undefined)))?.stop().catch(() => undefined);
-    throw err;
-  }
-}
-
-/**
- * A sandbox from a user template: its build restored when the sandbox has the template's machine
- * (vCPUs, memory, a network device or none), else `{ reason }`: boot the template's disk.
- */
-async function startFromUserTemplate(
-  t: TemplateRecord,
-  meta: SandboxMeta,
-  dir: SandboxDir,
-  netOpts: ResolvedNetwork | false,
-  bootMs: number,
-  growBytes?: number,
-): Promise<{ started: Started } | { reason: string }> {
-  const differs: string[] = [];
-  if (meta.vcpus !== t.resources.cpu) differs.push(`cpu ${meta.vcpus} (template: ${t.resources.cpu})`);
-  if (meta.memoryMiB !== t.resources.memoryMb) differs.push(`memoryMb ${meta.memoryMiB} (template: ${t.resources.memoryMb})`);
-  if ((netOpts !== false) !== t.build.net) differs.push(netOpts === false ? 'no network device (the template has one)' : 'a network device (the template has none)');
-  if (differs.length) return { reason: `the sandbox's machine differs from template ${t.name}'s: ${differs.join(', ')}; its disk boots instead` };
-  const build = { name: t.name, key: '', dir: t.build.dir, diskLayers: [...t.build.diskLayers], mac: t.build.mac };
-  try {
-    return { started: await restoreInto(build, dir, netOpts, bootMs, growBytes) };
-  } catch (err) {
-    return { reason: `template ${t.name} did not restore: ${err instanceof TorporError ? `${err.code}: ${err.message.split('\n')[0]}` : String(err)}` };
   }
 }
 
