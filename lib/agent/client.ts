@@ -30,6 +30,14 @@ export interface AgentClientOptions {
   reconnect?: boolean | { attempts?: number; delayMs?: number };
 }
 
+/** What the owner of a client watches of its requests (a Sandbox: its state, its idle timer). */
+export interface RequestHooks {
+  /** Before a request is opened; what it throws refuses the request. */
+  beforeOpen?(): void;
+  /** A request was opened, or one of its answer frames came. */
+  onActivity?(): void;
+}
+
 const CLIENT_NAME = 'torpor-js/0.1.0';
 /** How long a re-asked request whose work is still running waits before asking again. */
 const PENDING_RETRY_MS = 20;
@@ -51,6 +59,7 @@ export class AgentClient {
   /** Number of successful reconnects (tests and diagnostics). */
   reconnects = 0;
   private idleUnref = false;
+  private hooks: RequestHooks = {};
 
   private constructor(
     private readonly dial: Dial | null,
@@ -100,6 +109,11 @@ export class AgentClient {
     this.updateRef();
   }
 
+  /** Calls `hooks` around every request from now on (replacing earlier ones). */
+  setRequestHooks(hooks: RequestHooks): void {
+    this.hooks = hooks;
+  }
+
   private updateRef(): void {
     this.conn?.setRef(!this.idleUnref || this.live.size > 0);
   }
@@ -113,6 +127,12 @@ export class AgentClient {
 
   /** Opens a request stream; the handler sees every answer frame. @internal the protocol's own level (docs/protocol.md) */
   open(type: number, fields: FieldWriter, handler: StreamHandler, opts: RequestOptions = {}): RequestStream {
+    const { beforeOpen, onActivity } = this.hooks;
+    beforeOpen?.();
+    if (onActivity) {
+      onActivity();
+      handler = withActivity(handler, onActivity);
+    }
     if (this.closedByUser) throw new TorporError('CONNECTION_CLOSED', this.closedWhy ?? 'the agent client is closed');
     if (this.conn === null && this.reconnecting === null) {
       throw this.lastError ?? new TorporError('CONNECTION_CLOSED', 'the agent connection is closed');
@@ -334,4 +354,16 @@ export class AgentClient {
     this.closeListeners.clear();
     for (const l of listeners) l(err);
   }
+}
+
+/** `handler`, telling `onActivity` of each answer frame first. */
+function withActivity(handler: StreamHandler, onActivity: () => void): StreamHandler {
+  return {
+    onFrame: (...a) => {
+      onActivity();
+      handler.onFrame(...a);
+    },
+    onError: (err) => handler.onError(err),
+    ...(handler.reissue ? { reissue: () => handler.reissue!() } : {}),
+  };
 }

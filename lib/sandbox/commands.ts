@@ -140,6 +140,12 @@ export interface CommandDefaults {
   cwd?: string;
 }
 
+/** What the owner of a Commands watches (a Sandbox: its pause waits for foreground runs). */
+export interface CommandHooks {
+  /** A foreground run (not `background`) began; `run` settles with it. */
+  onForeground?(run: Promise<unknown>): void;
+}
+
 export class Commands implements ProcessControl {
   private readonly client: () => AgentClient;
 
@@ -147,6 +153,7 @@ export class Commands implements ProcessControl {
   constructor(
     client: () => AgentClient,
     private readonly defaults: CommandDefaults = {},
+    private readonly hooks: CommandHooks = {},
   ) {
     this.client = () => {
       const c = client();
@@ -158,7 +165,13 @@ export class Commands implements ProcessControl {
   run(cmd: string | string[], opts: CommandStartOpts & { background: true }): Promise<CommandHandle>;
   run(cmd: string | string[], opts?: CommandStartOpts & { background?: false }): Promise<CommandResult>;
   run(cmd: string | string[], opts?: CommandStartOpts): Promise<CommandResult | CommandHandle>;
-  async run(cmd: string | string[], opts: CommandStartOpts = {}): Promise<CommandResult | CommandHandle> {
+  run(cmd: string | string[], opts?: CommandStartOpts): Promise<CommandResult | CommandHandle> {
+    const run = this.runNow(cmd, opts);
+    if (!opts?.background) this.hooks.onForeground?.(run);
+    return run;
+  }
+
+  private async runNow(cmd: string | string[], opts: CommandStartOpts = {}): Promise<CommandResult | CommandHandle> {
     const request = toExecRequest(cmd, opts);
     const label = Array.isArray(cmd) ? cmd.join(' ') : cmd;
     const handle = await this.start(request, opts, label);

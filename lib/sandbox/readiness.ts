@@ -18,6 +18,11 @@ export const AGENT_VSOCK_PORT = 1024;
 export const AGENT_KNOCK_PORT = 1023;
 export const GUEST_CID = 3;
 
+/** The kernel command line of a sandbox's guest: the root filesystem as /dev/vda, the agent as init. */
+export const GUEST_CMDLINE =
+  'console=ttyS0 reboot=k panic=1 pci=off nomodule 8250.nr_uarts=1 i8042.noaux i8042.nomux i8042.dumbkbd ' +
+  'acpi=off root=/dev/vda rw rootflags=noinit_itable init=/usr/sbin/torpor-agent quiet';
+
 /** What a sandbox's guest is booted with (a sandbox's meta.json, a template's inputs). */
 export interface GuestSpec {
   kernel: string;

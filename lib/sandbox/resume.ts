@@ -8,17 +8,12 @@ import { existsSync } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
 import { dirname, join, relative } from 'node:path';
 
-import { TorporError } from '../errors.js';
-import type { AgentClient } from '../agent/client.js';
 import { SandboxNetwork } from '../net/sandbox-network.js';
 import type { OwnerLock } from '../store/owner-lock.js';
 import type { ResumedFrom, SandboxDir, SandboxMeta } from '../store/sandbox-dir.js';
-import { Machine } from '../vm/machine.js';
-import { sendResumed } from './guest-requests.js';
-import { awaitBootedAgent, awaitRestoredAgent, guestMachineOptions } from './readiness.js';
-
-/** How long RESUMED may take (the guest already answered the rendezvous: generous). */
-export const RESUMED_TIMEOUT_MS = 30_000;
+import { GuestRun, reasonOf, type GuestStart } from './guest-run.js';
+import { guestMachineOptions } from './readiness.js';
+import { UndoStack } from './undo-stack.js';
 
 export interface ConnectOpts {
   /** 'restore' (default): continue from memory, booting the same generation's disk when the
@@ -32,27 +27,11 @@ export interface ConnectOpts {
 
 /** What a running sandbox is made of; replaced whole after a resume. */
 export interface Running {
-  machine: Machine;
-  client: AgentClient;
+  /** Its machine, agent client and network backend (the backend: a sandbox created with a network). */
+  guest: GuestRun;
   lock: OwnerLock;
   /** Disk layers under the machine's top (relative to the directory; a template's absolute): what the next pause adds to. */
   diskLayers: string[];
-  /** The network backend of this run (a sandbox created with a network). */
-  network?: SandboxNetwork;
-}
-
-/** A fresh backend for this run, or none for a sandbox without a network. */
-function startNetwork(meta: SandboxMeta): Promise<SandboxNetwork> | undefined {
-  if (!meta.network) return undefined;
-  const p = SandboxNetwork.prepare(meta.network, meta.hostPorts);
-  p.catch(() => undefined); // awaited (and its failure handled) where it is attached
-  return p;
-}
-
-/** Why a restore was not used, in a few words for meta.json and getInfo(). */
-function reasonOf(err: unknown): string {
-  if (err instanceof TorporError) return `${err.code}: ${err.message.split('\n')[0]}`;
-  return err instanceof Error ? err.message : String(err);
 }
 
 /** Since when a dead owner's work is lost: the generation it is recovered from was captured at
@@ -80,38 +59,26 @@ export async function resume(dir: SandboxDir, before: SandboxMeta, lock: OwnerLo
   const lostInterval = ownerDied ? { from: lostSince(before, generation), to: now.toISOString() } : undefined;
   await dir.writeMeta({ ...before, state: 'resuming', ownerPid: process.pid });
 
-  let machine: Machine | undefined;
-  let client: AgentClient | undefined;
-  let network: SandboxNetwork | undefined;
   let resumedFrom: ResumedFrom = 'memory';
   let resumeReason: string | undefined;
   let diskLayers = (await dir.diskLayersAt(before, generation)).map((p) => dir.metaPathOf(p));
+  const undo = new UndoStack();
+  // Nothing was changed but meta.json's state: a failure puts it back.
+  undo.defer(() => dir.writeMeta(before));
   try {
+    // A fresh backend for this run (a sandbox with a network), its forwarded ports bound again.
+    const start: Omit<GuestStart, 'agentTimeoutMs'> = { network: before.network ?? false, ...(before.hostPorts ? { hostPorts: before.hostPorts } : {}) };
+    let guest: GuestRun | undefined;
     if (generation === 0) resumeReason = 'no generation: the sandbox was never paused';
     else if (opts.onResume === 'reboot') resumeReason = "onResume: 'reboot'";
     else {
-      // passt starts while the machine is restored; the guest runs once the device has it.
-      const netReady = startNetwork(before);
       try {
-        machine = await Machine.restore(dir.snapshots, netReady ? { state: 'paused' } : {});
-        if (netReady) {
-          network = await netReady;
-          network.attach(machine);
-          await machine.resume();
-        }
-        client = await awaitRestoredAgent(machine, opts.restoreTimeoutMs ?? 10_000);
-        await sendResumed(client, RESUMED_TIMEOUT_MS);
-        // passt binds the forwarded ports while the guest comes back; getHost is good from here.
-        await network?.ready();
+        guest = await GuestRun.restore(dir.snapshots, {}, { ...start, agentTimeoutMs: opts.restoreTimeoutMs ?? 10_000 });
       } catch (err) {
-        await client?.close().catch(() => undefined);
-        await machine?.stop().catch(() => undefined);
-        await (network ?? (await netReady?.catch(() => undefined)))?.stop().catch(() => undefined);
-        machine = client = network = undefined;
         resumeReason = reasonOf(err);
       }
     }
-    if (!machine || !client) {
+    if (!guest) {
       resumedFrom = 'disk';
       // A sandbox never paused: its first top layer, as the dead owner's machine left it
       // (crash-consistent), under a new top; over the template's layers for a template sandbox.
@@ -122,57 +89,28 @@ export async function resume(dir: SandboxDir, before: SandboxMeta, lock: OwnerLo
       }
       const top = dir.bootTop(generation);
       await mkdir(dirname(top), { recursive: true });
-      const netReady = startNetwork(before);
-      try {
-        machine = await Machine.build(
-          guestMachineOptions(
-            before,
-            { base: before.rootfs, frozen: diskLayers.map((p) => (p.startsWith('/') ? p : join(dir.path, p))), overlay: top },
-            { consoleLog: dir.consoleLog, ...(before.network ? { net: SandboxNetwork.machineOptions(before.id).net } : {}) },
-          ),
-        );
-        if (netReady) {
-          network = await netReady;
-          network.attach(machine);
-        }
-      } catch (err) {
-        await machine?.stop().catch(() => undefined);
-        await (network ?? (await netReady?.catch(() => undefined)))?.stop().catch(() => undefined);
-        throw err;
-      }
-      try {
-        await machine.start();
-        client = await awaitBootedAgent(machine, opts.bootTimeoutMs ?? 30_000);
-        await sendResumed(client, RESUMED_TIMEOUT_MS);
-        await network?.ready();
-      } catch (err) {
-        await client?.close().catch(() => undefined);
-        await machine.stop().catch(() => undefined);
-        await network?.stop().catch(() => undefined);
-        throw err;
-      }
+      const options = guestMachineOptions(
+        before,
+        { base: before.rootfs, frozen: diskLayers.map((p) => (p.startsWith('/') ? p : join(dir.path, p))), overlay: top },
+        { consoleLog: dir.consoleLog, ...(before.network ? { net: SandboxNetwork.machineOptions(before.id).net } : {}) },
+      );
+      guest = await GuestRun.boot(options, { ...start, agentTimeoutMs: opts.bootTimeoutMs ?? 30_000, resumed: true });
     }
-  } catch (err) {
-    // Nothing was changed but meta.json's state: put it back.
-    await dir.writeMeta(before).catch(() => undefined);
-    throw err;
-  }
-  const meta: SandboxMeta = { ...before, state: 'running', ownerPid: process.pid, resumedAt: new Date().toISOString(), resumedFrom };
-  if (generation) meta.generation = generation;
-  meta.diskLayers = diskLayers;
-  delete meta.resumeReason;
-  if (resumeReason) meta.resumeReason = resumeReason;
-  delete meta.lostInterval;
-  if (lostInterval) meta.lostInterval = lostInterval;
-  if (network) meta.hostPorts = network.hostPortsRecord();
-  try {
+    const started = guest;
+    undo.defer(() => started.stop());
+    const meta: SandboxMeta = { ...before, state: 'running', ownerPid: process.pid, resumedAt: new Date().toISOString(), resumedFrom };
+    if (generation) meta.generation = generation;
+    meta.diskLayers = diskLayers;
+    delete meta.resumeReason;
+    if (resumeReason) meta.resumeReason = resumeReason;
+    delete meta.lostInterval;
+    if (lostInterval) meta.lostInterval = lostInterval;
+    if (guest.network) meta.hostPorts = guest.network.hostPortsRecord();
     await dir.writeMeta(meta);
+    undo.move();
+    return { meta, run: { guest, lock, diskLayers } };
   } catch (err) {
-    await client.close().catch(() => undefined);
-    await machine.stop().catch(() => undefined);
-    await network?.stop().catch(() => undefined);
-    await dir.writeMeta(before).catch(() => undefined);
+    await undo.disposeAsync().catch(() => undefined);
     throw err;
   }
-  return { meta, run: { machine, client, lock, diskLayers, ...(network ? { network } : {}) } };
 }

@@ -1,77 +1,33 @@
 // Sandbox.create from a warm template (template.ts): the template's generation restored into the
-// sandbox's own snapshots/ directory (Machine.restore({ into })), a fresh network backend
-// attached before the guest runs, the agent's rendezvous, then RESUMED (host clock, fresh
-// entropy: two sandboxes from one template must not share RNG state). A build that cannot be
-// restored is replaced once; when that fails too, the caller boots instead (never a failed
-// create because of a template).
+// sandbox's own snapshots/ directory (GuestRun.restore, Machine.restore({ into })), a fresh
+// network backend attached before the guest runs, the agent's rendezvous, then RESUMED (host
+// clock, fresh entropy: two sandboxes from one template must not share RNG state). A build that
+// cannot be restored is replaced once; when that fails too, the caller boots instead (never a
+// failed create because of a template).
 import { rm } from 'node:fs/promises';
 
-import type { AgentClient } from '../agent/client.js';
 import { TorporError } from '../errors.js';
 import type { ResolvedNetwork } from '../net/options.js';
-import { SandboxNetwork } from '../net/sandbox-network.js';
-import type { SandboxDir } from '../store/sandbox-dir.js';
-import { Machine } from '../vm/machine.js';
-import { sendResumed } from './guest-requests.js';
-import { awaitRestoredAgent } from './readiness.js';
-import { RESUMED_TIMEOUT_MS } from './resume.js';
+import type { SandboxDir, SandboxMeta } from '../store/sandbox-dir.js';
+import type { TemplateRecord } from '../template/record.js';
+import { GuestRun, reasonOf } from './guest-run.js';
 import { ensureTemplate, isBrokenTemplate, type TemplateBuild, type TemplateInputs } from './template.js';
 
-/** A machine up and its agent answering: what create turns into a Sandbox. */
+/** A guest up and its agent answering: what create turns into a Sandbox. */
 export interface Started {
-  machine: Machine;
-  client: AgentClient;
-  network?: SandboxNetwork;
+  guest: GuestRun;
   /** Disk layers under the machine's top, as meta.json records them. */
   diskLayers: string[];
   template?: TemplateBuild;
 }
 
-/** Why a template was not used, in a few words for meta.json and getInfo(). */
-function reasonOf(err: unknown): string {
-  if (err instanceof TorporError) return `${err.code}: ${err.message.split('\n')[0]}`;
-  return err instanceof Error ? err.message : String(err);
-}
-
 /**
- * A machine restored from `templateDir` into `into`, running: its agent past RESUMED, its network
- * (unless `network` is false) attached and ready. `growBytes`: its disk, larger than the
- * template's (Machine.restore diskBytes); the filesystem on it is the caller's to grow
- * (growRootFs) once the agent answers. On failure whatever it started is stopped; `into` is the
- * caller's to remove. A sandbox's start and a template build's steps both begin here.
+ * The sandbox's machine restored from `template` into its snapshots, running: its agent past
+ * RESUMED, its network (unless `network` is false) attached and ready. `growBytes`: its disk,
+ * larger than the template's (Machine.restore diskBytes); the filesystem on it is the caller's
+ * to grow (growRootFs) once the agent answers. On failure whatever it started is stopped and
+ * the sandbox's snapshots/ removed.
  */
-export async function restoreRunning(
-  templateDir: string,
-  into: string,
-  network: ResolvedNetwork | false,
-  agentTimeoutMs: number,
-  growBytes?: number,
-): Promise<{ machine: Machine; client: AgentClient; network?: SandboxNetwork }> {
-  const netReady = network ? SandboxNetwork.prepare(network) : undefined;
-  netReady?.catch(() => undefined);
-  let machine: Machine | undefined;
-  let client: AgentClient | undefined;
-  let net: SandboxNetwork | undefined;
-  try {
-    machine = await Machine.restore(templateDir, { into, state: 'paused', ...(growBytes !== undefined ? { diskBytes: [growBytes] } : {}) });
-    if (netReady) {
-      net = await netReady;
-      net.attach(machine);
-    }
-    await machine.resume();
-    client = await awaitRestoredAgent(machine, agentTimeoutMs);
-    await sendResumed(client, RESUMED_TIMEOUT_MS);
-    await net?.ready();
-    return { machine, client, ...(net ? { network: net } : {}) };
-  } catch (err) {
-    await client?.close().catch(() => undefined);
-    await machine?.stop().catch(() => undefined);
-    await (net ?? (await netReady?.catch(() => undefined)))?.stop().catch(() => undefined);
-    throw err;
-  }
-}
-
-/** The sandbox's machine restored from `template` into its snapshots (restoreRunning). */
 export async function restoreInto(
   template: TemplateBuild,
   dir: SandboxDir,
@@ -80,8 +36,9 @@ export async function restoreInto(
   growBytes?: number,
 ): Promise<Started> {
   try {
-    const r = await restoreRunning(template.dir, dir.snapshots, network, agentTimeoutMs, growBytes);
-    return { ...r, diskLayers: [...template.diskLayers], template };
+    const options = { into: dir.snapshots, state: 'paused' as const, ...(growBytes !== undefined ? { diskBytes: [growBytes] } : {}) };
+    const guest = await GuestRun.restore(template.dir, options, { network, agentTimeoutMs });
+    return { guest, diskLayers: [...template.diskLayers], template };
   } catch (err) {
     // The restored machine's disk top: nothing else was written into the sandbox's snapshots yet.
     await rm(dir.snapshots, { recursive: true, force: true }).catch(() => undefined);
@@ -119,5 +76,30 @@ export async function startFromTemplate(
     } catch (again) {
       return { reason: `template ${inputs.name} did not restore (${first}), nor its replacement: ${reasonOf(again)}` };
     }
+  }
+}
+
+/**
+ * A sandbox from a user template: its build restored when the sandbox has the template's machine
+ * (vCPUs, memory, a network device or none), else `{ reason }`: boot the template's disk.
+ */
+export async function startFromUserTemplate(
+  t: TemplateRecord,
+  meta: SandboxMeta,
+  dir: SandboxDir,
+  netOpts: ResolvedNetwork | false,
+  bootMs: number,
+  growBytes?: number,
+): Promise<{ started: Started } | { reason: string }> {
+  const differs: string[] = [];
+  if (meta.vcpus !== t.resources.cpu) differs.push(`cpu ${meta.vcpus} (template: ${t.resources.cpu})`);
+  if (meta.memoryMiB !== t.resources.memoryMb) differs.push(`memoryMb ${meta.memoryMiB} (template: ${t.resources.memoryMb})`);
+  if ((netOpts !== false) !== t.build.net) differs.push(netOpts === false ? 'no network device (the template has one)' : 'a network device (the template has none)');
+  if (differs.length) return { reason: `the sandbox's machine differs from template ${t.name}'s: ${differs.join(', ')}; its disk boots instead` };
+  const build = { name: t.name, key: '', dir: t.build.dir, diskLayers: [...t.build.diskLayers], mac: t.build.mac };
+  try {
+    return { started: await restoreInto(build, dir, netOpts, bootMs, growBytes) };
+  } catch (err) {
+    return { reason: `template ${t.name} did not restore: ${reasonOf(err)}` };
   }
 }

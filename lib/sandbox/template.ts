@@ -24,14 +24,14 @@ import { join } from 'node:path';
 import type { AgentClient } from '../agent/client.js';
 import { TorporError } from '../errors.js';
 import { macFor, type ResolvedNetwork } from '../net/options.js';
-import { SandboxNetwork } from '../net/sandbox-network.js';
 import { fsyncPath } from '../store/fsync.js';
 import { homeLayout, torporHome } from '../store/home.js';
 import { acquireLock } from '../store/lock.js';
-import { Machine } from '../vm/machine.js';
 import { createAgentApi } from './agent-api.js';
 import { syncGuest } from './guest-requests.js';
-import { awaitBootedAgent, guestMachineOptions } from './readiness.js';
+import { GuestRun } from './guest-run.js';
+import { guestMachineOptions } from './readiness.js';
+import { UndoStack } from './undo-stack.js';
 
 /** What a template is booted with: the inputs its key hashes. */
 export interface TemplateInputs {
@@ -144,26 +144,15 @@ async function build(inputs: TemplateInputs, root: string, key: string, bootTime
   const tmp = join(root, `.tmp-${buildName}-${process.pid}`);
   await mkdir(tmp, { recursive: true });
   const mac = inputs.net ? macFor(`template:${inputs.name}:${key}`) : '';
-  let machine: Machine | undefined;
-  let client: AgentClient | undefined;
-  let network: SandboxNetwork | undefined;
-  const netReady = inputs.net ? SandboxNetwork.prepare(BUILD_NETWORK) : undefined;
-  netReady?.catch(() => undefined);
+  const undo = new UndoStack();
+  undo.defer(() => rm(tmp, { recursive: true, force: true }));
   try {
-    machine = await Machine.build(guestMachineOptions(inputs, { base: inputs.rootfs, overlay: join(tmp, 'overlay') }, inputs.net ? { net: { mac } } : {}));
-    if (netReady) {
-      network = await netReady;
-      network.attach(machine);
-    }
-    await machine.start();
-    client = await awaitBootedAgent(machine, bootTimeoutMs);
-    await warmUp(client);
-    await syncGuest(client, SYNC_TIMEOUT_MS);
-    await client.close();
-    client = undefined;
-    await machine.snapshot(tmp, { stop: true });
-    await network?.stop();
-    network = undefined;
+    const options = guestMachineOptions(inputs, { base: inputs.rootfs, overlay: join(tmp, 'overlay') }, inputs.net ? { net: { mac } } : {});
+    const guest = await GuestRun.boot(options, { network: inputs.net && BUILD_NETWORK, agentTimeoutMs: bootTimeoutMs });
+    undo.defer(() => guest.stop());
+    await warmUp(guest.client);
+    await syncGuest(guest.client, SYNC_TIMEOUT_MS);
+    await guest.capture(tmp);
     // Only the generation stays: the first top (hard-linked into gen-1) and the new one are nobody's.
     await rm(join(tmp, 'tops'), { recursive: true, force: true });
     await rm(join(tmp, 'overlay'), { force: true });
@@ -174,12 +163,10 @@ async function build(inputs: TemplateInputs, root: string, key: string, bootTime
     await fsyncPath(tmp);
     await rename(tmp, join(root, buildName));
     await fsyncPath(root);
+    undo.move();
     return buildName;
   } catch (err) {
-    await client?.close().catch(() => undefined);
-    await machine?.stop().catch(() => undefined);
-    await (network ?? (await netReady?.catch(() => undefined)))?.stop().catch(() => undefined);
-    await rm(tmp, { recursive: true, force: true }).catch(() => undefined);
+    await undo.disposeAsync().catch(() => undefined);
     throw err;
   }
 }

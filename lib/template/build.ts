@@ -13,7 +13,6 @@ import { randomBytes, createHash } from 'node:crypto';
 import { mkdir, rename, rm, stat } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 
-import type { AgentClient } from '../agent/client.js';
 import { KvmUnavailableError, TemplateNotFoundError } from '../errors.js';
 import { fetchImage } from '../image/index.js';
 import { imageRootfs } from '../image/rootfs.js';
@@ -22,14 +21,16 @@ import { resolveNetwork, type NetworkOptions, type ResolvedNetwork } from '../ne
 import { SandboxNetwork } from '../net/sandbox-network.js';
 import { createAgentApi } from '../sandbox/agent-api.js';
 import { growRootFs, syncGuest } from '../sandbox/guest-requests.js';
-import { GUEST_CMDLINE, linuxGuestSupport, sharedArtifacts } from '../sandbox/sandbox.js';
+import { sharedArtifacts } from '../sandbox/artifacts-cache.js';
+import { GuestRun } from '../sandbox/guest-run.js';
+import { linuxGuestSupport } from '../sandbox/host-check.js';
+import { GUEST_CMDLINE } from '../sandbox/readiness.js';
 import { checkTemplateName, ensureTemplate, freeze, type TemplateBuild, type TemplateInputs } from '../sandbox/template.js';
-import { restoreRunning } from '../sandbox/template-start.js';
+import { UndoStack } from '../sandbox/undo-stack.js';
 import { checkEnvs, checkFunction, checkKnownKeys, checkObject, checkString, fail } from '../sandbox/validate.js';
 import { fsyncPath } from '../store/fsync.js';
 import { sha256File } from '../store/hash.js';
 import { acquireLock } from '../store/lock.js';
-import { Machine } from '../vm/machine.js';
 import {
   isReservedTemplateName,
   readTemplateRecord,
@@ -224,20 +225,21 @@ async function captureSteps(
   const buildName = `b-${Date.now()}-${randomBytes(4).toString('hex')}`;
   const tmp = join(builds, `.tmp-${buildName}-${process.pid}`);
   await mkdir(tmp, { recursive: true });
-  let machine: Machine | undefined;
-  let client: AgentClient | undefined;
-  let net: SandboxNetwork | undefined;
+  const undo = new UndoStack();
+  undo.defer(() => rm(tmp, { recursive: true, force: true }));
   try {
     let t0 = Date.now();
     const growBytes = parent.growMb !== undefined ? parent.growMb * 1048576 : undefined;
-    ({ machine, client, network: net } = await restoreRunning(parent.build.dir, tmp, parent.build.net ? network : false, opts.bootTimeoutMs ?? DEFAULT_BOOT_MS, growBytes));
+    const restore = { into: tmp, state: 'paused' as const, ...(growBytes !== undefined ? { diskBytes: [growBytes] } : {}) };
+    const guest = await GuestRun.restore(parent.build.dir, restore, { network: parent.build.net ? network : false, agentTimeoutMs: opts.bootTimeoutMs ?? DEFAULT_BOOT_MS });
+    undo.defer(() => guest.stop());
+    const client = guest.client;
     // Before the steps, so they (and the template's sandboxes) see the larger filesystem.
     if (growBytes !== undefined) await growRootFs(client, growBytes);
     timings.restore = Date.now() - t0;
     t0 = Date.now();
-    const c = client;
     const defaults = await runSteps(
-      (d) => createAgentApi(c, d),
+      (d) => createAgentApi(client, d),
       opts.steps ?? [],
       { envs: { ...parent.defaults.envs, ...(opts.env ?? {}) }, user: opts.user ?? parent.defaults.user, cwd: opts.workdir ?? parent.defaults.cwd },
       (p: StepProgress) => progress({ phase: 'step', index: p.index, total: p.total, description: describeStep(p.step), ...(p.output !== undefined ? { output: p.output } : {}) }),
@@ -246,12 +248,7 @@ async function captureSteps(
     t0 = Date.now();
     progress({ phase: 'capture', message: 'sync, then memory and disk' });
     await syncGuest(client, SYNC_TIMEOUT_MS);
-    await client.close();
-    client = undefined;
-    const snap = await machine.snapshot(tmp, { stop: true });
-    machine = undefined;
-    await net?.stop();
-    net = undefined;
+    const snap = await guest.capture(tmp);
     // The running top (hard-linked into the generation) is nobody's once the machine stopped.
     await rm(join(tmp, 'tops'), { recursive: true, force: true });
     const final = join(builds, buildName);
@@ -261,12 +258,10 @@ async function captureSteps(
     await rename(tmp, final);
     await fsyncPath(builds);
     timings.capture = Date.now() - t0;
+    undo.move();
     return { build: { ...parent.build, dir: final, diskLayers: layers }, defaults };
   } catch (err) {
-    await client?.close().catch(() => undefined);
-    await machine?.stop().catch(() => undefined);
-    await net?.stop().catch(() => undefined);
-    await rm(tmp, { recursive: true, force: true }).catch(() => undefined);
+    await undo.disposeAsync().catch(() => undefined);
     throw err;
   }
 }
