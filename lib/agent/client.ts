@@ -109,7 +109,7 @@ export class AgentClient {
     this.updateRef();
   }
 
-  /** Calls `hooks` around every request from now on (replacing earlier ones). */
+  /** Calls `hooks` around every request from now on (replacing earlier ones). @internal what a Sandbox needs of its client (activity, refusing calls while paused) */
   setRequestHooks(hooks: RequestHooks): void {
     this.hooks = hooks;
   }
