@@ -218,6 +218,12 @@ Napi::Object snapshot_object(Napi::Env env, const CaptureResult& r) {
     disks.Set(i, layers);
   }
   o.Set("diskLayers", disks);
+  o.Set("stateFile", r.state_file);
+  o.Set("memoryLayer", r.memory_layer);
+  o.Set("manifest", r.manifest);
+  Napi::Array chain = Napi::Array::New(env, r.memory_layers.size());
+  for (uint32_t i = 0; i < r.memory_layers.size(); i++) chain.Set(i, r.memory_layers[i]);
+  o.Set("memoryLayers", chain);
   o.Set("capturedMs", r.captured_ms);
   o.Set("durableMs", r.durable_ms);
   return o;
