@@ -20,7 +20,7 @@ import { readFile, stat } from 'node:fs/promises';
 import { InvalidArgumentError, KvmUnavailableError, SandboxNotFoundError, TemplateNotFoundError, TorporError } from '../errors.js';
 import type { AgentClient } from '../agent/client.js';
 import { homeLayout, torporHome } from '../store/home.js';
-import { dropUnreferencedLayers, generationDiskLayers, metaLayerPath } from '../store/generations.js';
+import { dropUnreferencedLayers, frozenDiskTop, generationDiskLayers, metaLayerPath } from '../store/generations.js';
 import { takeOwnerLock, type OwnerLock } from '../store/owner-lock.js';
 import {
   SandboxDir,
@@ -498,7 +498,7 @@ export class Sandbox implements AsyncDisposable {
     // (open network connections are closed on pause; docs/network.md).
     await run.network?.stop().catch(() => undefined);
     // The disk as the generation names it: the addon may have merged older layers into one.
-    const diskLayers = snap.diskLayers[0]?.map((p) => metaLayerPath(this.#dir, p)) ?? [...run.diskLayers, `snapshots/gen-${snap.generation}/disk0.overlay`];
+    const diskLayers = snap.diskLayers[0]?.map((p) => metaLayerPath(this.#dir, p)) ?? [...run.diskLayers, frozenDiskTop(snap.generation)];
     this.#meta = {
       ...this.#meta,
       state: 'paused',
@@ -541,7 +541,7 @@ export class Sandbox implements AsyncDisposable {
       run.machine.captureOnTeardown(null);
       const pausedAt = new Date();
       const generation = run.machine.captureNow(this.#dir.snapshots, EXIT_CAPTURE_TIMEOUT_MS);
-      const diskLayers = generationDiskLayers(this.#dir, generation) ?? [...run.diskLayers, `snapshots/gen-${generation}/disk0.overlay`];
+      const diskLayers = generationDiskLayers(this.#dir, generation) ?? [...run.diskLayers, frozenDiskTop(generation)];
       this.#meta = { ...this.#meta, state: 'paused', ownerPid: null, generation, pausedAt: pausedAt.toISOString(), diskLayers };
       this.#dir.writeMetaSync(this.#meta);
       this.#life.to('pausing');

@@ -13,7 +13,7 @@ import { join } from 'node:path';
 
 import { InvalidArgumentError, TimeoutError, TorporError } from '../errors.js';
 import { loadNative } from '../native.js';
-import { pruneSnapshotDir } from './snapshot-files.js';
+import { pruneSnapshotDir } from '../store/snapshot-files.js';
 import type {
   NativeExitReason,
   NativeMachine,
