@@ -113,6 +113,16 @@ export interface NativeVsockStats {
   lastDrop: string;
 }
 
+/** Where a generation's files are, relative to its snapshot directory. */
+export interface NativeGenerationLayout {
+  dir: string;
+  state: string;
+  memoryLayer: string;
+  manifest: string;
+  /** Disk i's top layer as the generation froze it (when the disk had a writable top). */
+  diskOverlays: string[];
+}
+
 /** What a capture wrote (Machine.snapshot). */
 export interface NativeSnapshotResult {
   generation: number;
@@ -128,6 +138,14 @@ export interface NativeSnapshotResult {
    * path, so this list stays short however many generations there were.
    */
   diskLayers: string[][];
+  /** The generation's state file, memory layer and manifest.json, relative to the snapshot
+   *  directory (the addon names them: native/snapshot/generation_layout.h). */
+  stateFile: string;
+  memoryLayer: string;
+  manifest: string;
+  /** The memory chain this generation restores from, bottom first (its own layer last):
+   *  relative to the snapshot directory, or absolute (another directory's layers). */
+  memoryLayers: string[];
   /** State and dirty pages read: the machine could continue from here. */
   capturedMs: number;
   /** The generation is on disk (fsynced) and `current` points at it. */
@@ -212,6 +230,10 @@ export interface NativeBinding {
   buildMachine(config: NativeMachineConfig, onEvent: (event: NativeMachineEvent) => void): Promise<NativeMachine>;
   /** The state saved in dir's current generation, by part (as NativeMachine.stateParts names them). Reads one small file. */
   describeSnapshot(dir: string): Record<string, Buffer>;
+  /** The files of generation `generation` (with `disks` disks), relative to its snapshot directory:
+   *  the addon owns the directory's layout (native/snapshot/generation_layout.h). Arguments are
+   *  the caller's to check (numbers: an integer >= 1, a disk count). */
+  snapshotLayout(generation: number, disks: number): NativeGenerationLayout;
   /** VM shells kept for restores (native/vmm/vm_pool.h): sets the depth when given (0..16, 0 = off). */
   restorePool(depth?: number): { depth: number; idle: number };
   /**

@@ -10,6 +10,7 @@ import { join, relative } from 'node:path';
 import * as assert from 'uvu/assert';
 import { test } from 'uvu';
 
+import { readGenerationFiles, type GenerationFiles } from '../lib/store/snapshot-files.js';
 import { Machine } from '../lib/vm/machine.js';
 import { bootTestvm, sleep, testvmCommand, testvmSkipReason } from './vmm-guests.js';
 import { bound, NESTED } from './bounds.js';
@@ -375,8 +376,8 @@ function fdsUnder(dir: string): number {
   return n;
 }
 
-function manifestOf(dir: string, generation: number): { layers: string[]; disks: string[][] } {
-  return JSON.parse(readFileSync(join(dir, `gen-${generation}`, 'manifest.json'), 'utf8')) as { layers: string[]; disks: string[][] };
+function manifestOf(dir: string, generation: number): GenerationFiles {
+  return readGenerationFiles(dir, generation);
 }
 
 // Every file under dir/layers/ is named by some generation: a merge nobody adopted (cancelled by a
@@ -386,7 +387,7 @@ function assertNoStrayMerges(dir: string, generations: number): void {
   for (let g = 1; g <= generations; g++) {
     if (!existsSync(join(dir, `gen-${g}`, 'manifest.json'))) continue; // pruned
     const m = manifestOf(dir, g);
-    for (const p of [...m.layers, ...m.disks.flat()]) named.add(p);
+    for (const p of [...m.memoryLayers, ...(m.disks ?? []).flat()]) named.add(p);
   }
   if (!existsSync(join(dir, 'layers'))) return;
   for (const f of readdirSync(join(dir, 'layers'), { withFileTypes: false }) as string[]) {
@@ -400,7 +401,7 @@ kvmTest('disk layers merge off the capture path: a machine captured 12 times hol
   const base = sparseBase(dir, 'merge-base.img', 16 * MiB);
   const m = await bootTestvm({ memoryMiB: 32, disks: [{ base, overlay: join(dir, 'live.overlay') }] });
   try {
-    let last = { generation: 0, diskLayers: [] as string[][] };
+    let last: Awaited<ReturnType<Machine['snapshot']>> | undefined;
     for (let g = 1; g <= 12; g++) {
       assert.match(await testvmCommand(m, `blk-write ${g * 64} 0x${(0x5000 + g).toString(16)} 8`, 'blk-write'), /^blk-write=ok/);
       await m.pause();
@@ -409,12 +410,20 @@ kvmTest('disk layers merge off the capture path: a machine captured 12 times hol
       // A merge starts once 8 own layers are frozen; give it time to finish before the next capture.
       await sleep(g >= 8 ? MERGE_WAIT_MS : 0);
     }
+    assert.ok(last);
     assert.is(last.generation, 12);
     const layers = last.diskLayers[0]!;
     // Without merges: 12 frozen layers. With them: a merged overlay and the few after it.
     assert.ok(layers.length <= 5, `disk chain of ${layers.length} layers: ${layers.join(' ')}`);
     assert.ok(layers[0]!.startsWith('layers/disk0-'), `first layer ${layers[0]}`);
-    assert.equal(manifestOf(dir, 12).disks, last.diskLayers, 'the manifest names the same disk layers');
+    const named = manifestOf(dir, 12);
+    assert.equal(named.disks, last.diskLayers, 'the manifest names the same disk layers');
+    // The capture returned the generation's files, as its manifest names them, each one there.
+    assert.equal(named.memoryLayers, last.memoryLayers, 'the manifest names the same memory chain');
+    assert.is(named.state, last.stateFile);
+    assert.is(named.manifest, last.manifest);
+    assert.is(last.memoryLayers.at(-1), last.memoryLayer, "the generation's own memory layer tops its chain");
+    for (const p of [last.stateFile, last.memoryLayer, last.manifest, ...last.diskLayers.flat()]) assert.ok(existsSync(join(dir, p)), p);
     // The live machine let go of the layers the merge replaced: it holds data + map of each layer
     // its generation names and of its top, no more (12 frozen layers would be 26 fds).
     await sleep(200);

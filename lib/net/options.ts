@@ -5,7 +5,7 @@
 // configures the interface before serving, no DHCP exchange on the boot path.
 import { createHash } from 'node:crypto';
 
-import { checkBool, checkKnownKeys, checkObject, fail } from '../sandbox/validate.js';
+import { checkBool, checkKnownKeys, checkObject, fail } from '../validate.js';
 
 export interface NetworkOptions {
   /**

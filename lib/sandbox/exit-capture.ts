@@ -2,7 +2,7 @@
 // captured synchronously into the next generation, on the JS thread (an `exit` handler), or by
 // the addon's cleanup hook when a worker thread ends (no JS runs there). Best effort: a capture
 // that fails leaves the sandbox as a dead owner's, and connect restores its last generation.
-import { generationDiskLayers } from '../store/generations.js';
+import { frozenDiskTop, generationDiskLayers } from '../store/generations.js';
 import type { SandboxDir, SandboxMeta } from '../store/sandbox-dir.js';
 import type { Machine } from '../vm/machine.js';
 import type { Running } from './resume.js';
@@ -22,6 +22,6 @@ export function captureNow(dir: SandboxDir, meta: SandboxMeta, run: Running): Sa
   machine.captureOnTeardown(null);
   const pausedAt = new Date();
   const generation = machine.captureNow(dir.snapshots, EXIT_CAPTURE_TIMEOUT_MS);
-  const diskLayers = generationDiskLayers(dir, generation) ?? [...run.diskLayers, `snapshots/gen-${generation}/disk0.overlay`];
+  const diskLayers = generationDiskLayers(dir, generation) ?? [...run.diskLayers, frozenDiskTop(generation)];
   return { ...meta, state: 'paused', ownerPid: null, generation, pausedAt: pausedAt.toISOString(), diskLayers };
 }

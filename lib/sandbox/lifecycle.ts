@@ -5,10 +5,9 @@
 //   starting -> running <-> pausing -> paused -> resuming -> running
 //   any live state -> killed;  starting / pausing / resuming -> failed
 import { TorporError } from '../errors.js';
+import type { SandboxState } from '../store/sandbox-state.js';
 
-export type SandboxState = 'starting' | 'running' | 'pausing' | 'paused' | 'resuming' | 'killed' | 'failed';
-
-export const SANDBOX_STATES: readonly SandboxState[] = ['starting', 'running', 'pausing', 'paused', 'resuming', 'killed', 'failed'];
+export { SANDBOX_STATES, isSandboxState, type SandboxState } from '../store/sandbox-state.js';
 
 /** The states each state may move to. */
 const NEXT: Record<SandboxState, readonly SandboxState[]> = {
@@ -34,10 +33,6 @@ export class IllegalTransitionError extends TorporError {
     this.from = from;
     this.to = to;
   }
-}
-
-export function isSandboxState(v: unknown): v is SandboxState {
-  return typeof v === 'string' && (SANDBOX_STATES as readonly string[]).includes(v);
 }
 
 export function canMove(from: SandboxState, to: SandboxState): boolean {

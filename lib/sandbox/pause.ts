@@ -2,7 +2,7 @@
 // into the sandbox's next generation (GuestRun.capture), then meta.json saying `paused` with the
 // disk as that generation names it, and the files no generation names any more removed.
 import type { AgentClient } from '../agent/client.js';
-import { dropUnreferencedLayers, metaLayerPath } from '../store/generations.js';
+import { dropUnreferencedLayers, frozenDiskTop, metaLayerPath } from '../store/generations.js';
 import type { SandboxDir, SandboxMeta } from '../store/sandbox-dir.js';
 import type { SnapshotResult } from '../vm/machine.js';
 import { syncGuest } from './guest-requests.js';
@@ -26,7 +26,7 @@ export type PausedMeta = SandboxMeta & { diskLayers: string[] };
 /** The sandbox's meta.json once `snap` was captured from `run` at `pausedAt`. */
 export function pausedMeta(dir: SandboxDir, meta: SandboxMeta, run: Running, snap: SnapshotResult, pausedAt: Date): PausedMeta {
   // The disk as the generation names it: the addon may have merged older layers into one.
-  const diskLayers = snap.diskLayers[0]?.map((p) => metaLayerPath(dir, p)) ?? [...run.diskLayers, `snapshots/gen-${snap.generation}/disk0.overlay`];
+  const diskLayers = snap.diskLayers[0]?.map((p) => metaLayerPath(dir, p)) ?? [...run.diskLayers, frozenDiskTop(snap.generation)];
   return {
     ...meta,
     state: 'paused',

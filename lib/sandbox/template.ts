@@ -27,6 +27,7 @@ import { macFor, type ResolvedNetwork } from '../net/options.js';
 import { fsyncPath } from '../store/fsync.js';
 import { homeLayout, torporHome } from '../store/home.js';
 import { acquireLock } from '../store/lock.js';
+import { isPlainRelativePath } from '../store/snapshot-files.js';
 import { createAgentApi } from './agent-api.js';
 import { syncGuest } from './guest-requests.js';
 import { GuestRun } from './guest-run.js';
@@ -121,7 +122,7 @@ async function readBuild(root: string, name: string, key: string): Promise<Templ
     return null;
   }
   const layers = record.diskLayers;
-  if (!Array.isArray(layers) || !layers.every((p) => typeof p === 'string' && /^gen-\d+\/disk\d+\.overlay$/.test(p))) return null;
+  if (!Array.isArray(layers) || !layers.every(isPlainRelativePath)) return null;
   if (typeof record.mac !== 'string') return null;
   return { name, key, dir, diskLayers: layers.map((p: string) => join(dir, p)), mac: record.mac };
 }
@@ -152,12 +153,12 @@ async function build(inputs: TemplateInputs, root: string, key: string, bootTime
     undo.defer(() => guest.stop());
     await warmUp(guest.client);
     await syncGuest(guest.client, SYNC_TIMEOUT_MS);
-    await guest.capture(tmp);
+    const snap = await guest.capture(tmp);
     // Only the generation stays: the first top (hard-linked into gen-1) and the new one are nobody's.
     await rm(join(tmp, 'tops'), { recursive: true, force: true });
     await rm(join(tmp, 'overlay'), { force: true });
     await rm(join(tmp, 'overlay.map'), { force: true });
-    const record = { name: inputs.name, key, createdAt: new Date().toISOString(), inputs, diskLayers: ['gen-1/disk0.overlay'], mac };
+    const record = { name: inputs.name, key, createdAt: new Date().toISOString(), inputs, diskLayers: snap.diskLayers[0] ?? [], mac };
     await writeFile(join(tmp, 'template.json'), JSON.stringify(record, null, 2) + '\n');
     await freeze(tmp);
     await fsyncPath(tmp);

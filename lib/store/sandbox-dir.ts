@@ -3,7 +3,7 @@
 //   meta.json        what the sandbox is (template, kernel, disk, settings) and its last known state
 //   owner.lock       the owner lock: held (flock) by the one process that runs the sandbox
 //   overlay(.map)    the disk's first top layer (until the first pause freezes it)
-//   snapshots/       machine generations: gen-<n>/ (vm.state, mem.layer, disk0.overlay), the
+//   snapshots/       machine generations (their files named by the addon, lib/store/snapshot-files.ts), the
 //                    `current` pointer, tops/ (the running machine's disk top layers)
 //   console.log      what the guest printed
 //
@@ -16,12 +16,12 @@ import { join } from 'node:path';
 
 import { InvalidArgumentError, SandboxNotFoundError, TorporError } from '../errors.js';
 import type { ResolvedNetwork } from '../net/options.js';
-import { isSandboxState, type SandboxState } from '../sandbox/lifecycle.js';
 import { homeLayout, torporHome } from './home.js';
 import { fsyncPath } from './fsync.js';
-import { currentGenerationOf } from '../vm/snapshot-files.js';
-import { generationDiskLayers } from './generations.js';
+import { currentGenerationOf } from './snapshot-files.js';
+import { frozenDiskTop, generationDiskLayers, metaPathIn } from './generations.js';
 import { processAlive } from './process-alive.js';
+import { isSandboxState, type SandboxState } from './sandbox-state.js';
 
 export type OnTimeout = 'pause' | 'kill';
 export type ResumedFrom = 'memory' | 'disk';
@@ -296,7 +296,7 @@ export class SandboxDir {
     const recorded = meta.generation !== undefined && meta.generation <= generation ? meta.generation : 0;
     const layers = recorded || meta.generation === undefined ? [...(meta.diskLayers ?? [])] : [];
     for (let g = recorded + 1; g <= generation; g++) {
-      const p = `snapshots/gen-${g}/disk0.overlay`;
+      const p = frozenDiskTop(g);
       if (await stat(join(this.path, p)).then(() => true, () => false)) layers.push(p);
     }
     return layers.map((p) => (p.startsWith('/') ? p : join(this.path, p)));
@@ -304,7 +304,7 @@ export class SandboxDir {
 
   /** A layer path as meta.json records it: relative inside the directory, else absolute (a template's). */
   metaPathOf(p: string): string {
-    return p.startsWith(this.path + '/') ? p.slice(this.path.length + 1) : p;
+    return metaPathIn(this.path, p);
   }
 
   /** Bytes the directory takes on disk (allocated blocks; a file linked twice counts once). */

@@ -13,7 +13,8 @@ import { join } from 'node:path';
 
 import { InvalidArgumentError, TimeoutError, TorporError } from '../errors.js';
 import { loadNative } from '../native.js';
-import { pruneSnapshotDir } from './snapshot-files.js';
+import { fail, optionalString, requireInt, requireString } from '../validate.js';
+import { pruneSnapshotDir } from '../store/snapshot-files.js';
 import type {
   NativeExitReason,
   NativeMachine,
@@ -118,82 +119,71 @@ export interface MachineEvents {
 const MAX_VCPUS = 254;
 const MAX_MEMORY_MIB = 1024 * 1024;
 
-function checkInt(name: string, v: unknown, min: number, max: number): number {
-  if (typeof v !== 'number' || !Number.isInteger(v) || v < min || v > max)
-    throw new InvalidArgumentError(`${name} must be an integer in ${min}..${max} (got ${String(v)})`);
-  return v;
-}
-
-function checkString(name: string, v: unknown, required: boolean): string | undefined {
-  if (v === undefined && !required) return undefined;
-  if (typeof v !== 'string' || (required && v.length === 0))
-    throw new InvalidArgumentError(`${name} must be a non-empty string`);
-  if (v.includes('\0')) throw new InvalidArgumentError(`${name} must not contain NUL bytes`);
-  return v;
-}
-
+// The one check of knock ports (the addon and the vsock device only assert them).
 function checkKnockPorts(ports: unknown): number[] {
-  if (!Array.isArray(ports) || ports.length > 16)
-    throw new InvalidArgumentError('vsockKnockPorts must be an array of at most 16 ports');
-  return ports.map((p, i) => checkInt(`vsockKnockPorts[${i}]`, p, 1, 1023));
+  if (!Array.isArray(ports) || ports.length > 16) fail('vsockKnockPorts', 'an array of at most 16 ports', ports);
+  return ports.map((p, i) => requireInt(`vsockKnockPorts[${i}]`, p, 1, 1023));
 }
 
 /** Validates options and builds the native config (throws INVALID_ARGUMENT). */
 export function toNativeConfig(opts: MachineOptions): NativeMachineConfig {
-  if (opts === null || typeof opts !== 'object') throw new InvalidArgumentError('machine options must be an object');
+  if (opts === null || typeof opts !== 'object') fail('machine options', 'an object', opts);
   const cfg: NativeMachineConfig = {
-    kernel: checkString('kernel', opts.kernel, true)!,
-    cmdline: checkString('cmdline', opts.cmdline ?? '', false) ?? '',
-    vcpus: checkInt('vcpus', opts.vcpus ?? 2, 1, MAX_VCPUS),
-    memoryMiB: checkInt('memoryMiB', opts.memoryMiB ?? 512, 2, MAX_MEMORY_MIB),
+    kernel: requireString('kernel', opts.kernel),
+    cmdline: optionalString('cmdline', opts.cmdline ?? '') ?? '',
+    vcpus: requireInt('vcpus', opts.vcpus ?? 2, 1, MAX_VCPUS),
+    memoryMiB: requireInt('memoryMiB', opts.memoryMiB ?? 512, 2, MAX_MEMORY_MIB),
     disks: [],
   };
-  const initrd = checkString('initrd', opts.initrd, false);
+  const initrd = optionalString('initrd', opts.initrd);
   if (initrd !== undefined) cfg.initrd = initrd;
   if (opts.disks !== undefined) {
-    if (!Array.isArray(opts.disks)) throw new InvalidArgumentError('disks must be an array');
+    if (!Array.isArray(opts.disks)) fail('disks', 'an array', opts.disks);
     opts.disks.forEach((d, i) => {
-      if (d === null || typeof d !== 'object') throw new InvalidArgumentError(`disks[${i}] must be an object`);
-      const overlay = checkString(`disks[${i}].overlay`, d.overlay, true)!;
-      const base = checkString(`disks[${i}].base`, d.base ?? '', false) ?? '';
+      if (d === null || typeof d !== 'object') fail(`disks[${i}]`, 'an object', d);
+      const overlay = requireString(`disks[${i}].overlay`, d.overlay);
+      const base = optionalString(`disks[${i}].base`, d.base ?? '') ?? '';
       const disk: NativeMachineConfig['disks'][number] = { base, overlay };
       if (d.frozen !== undefined) {
-        if (!Array.isArray(d.frozen) || d.frozen.length > 64) throw new InvalidArgumentError(`disks[${i}].frozen must be an array of at most 64 paths`);
-        disk.frozen = d.frozen.map((f, j) => checkString(`disks[${i}].frozen[${j}]`, f, true)!);
+        if (!Array.isArray(d.frozen) || d.frozen.length > 64) fail(`disks[${i}].frozen`, 'an array of at most 64 paths', d.frozen);
+        disk.frozen = d.frozen.map((f, j) => requireString(`disks[${i}].frozen[${j}]`, f));
       }
       if (d.sizeBytes !== undefined) {
-        disk.sizeBytes = checkInt(`disks[${i}].sizeBytes`, d.sizeBytes, 0, 2 ** 50);
-        if (disk.sizeBytes % 512) throw new InvalidArgumentError(`disks[${i}].sizeBytes must be a multiple of 512`);
+        disk.sizeBytes = requireInt(`disks[${i}].sizeBytes`, d.sizeBytes, 0, 2 ** 50);
+        if (disk.sizeBytes % 512) fail(`disks[${i}].sizeBytes`, 'a multiple of 512', disk.sizeBytes);
       }
       if (d.readOnly !== undefined) disk.readOnly = Boolean(d.readOnly);
       if (d.serial !== undefined) {
-        checkString(`disks[${i}].serial`, d.serial, false);
-        if (Buffer.byteLength(d.serial) > 20) throw new InvalidArgumentError(`disks[${i}].serial is limited to 20 bytes`);
+        // The one check of a disk serial (the addon's blk factory only asserts it).
+        optionalString(`disks[${i}].serial`, d.serial);
+        if (Buffer.byteLength(d.serial) > 20) fail(`disks[${i}].serial`, 'a string of at most 20 bytes', d.serial);
         disk.serial = d.serial;
       }
       cfg.disks.push(disk);
     });
   }
-  if (opts.vsockCid !== undefined) cfg.vsockCid = checkInt('vsockCid', opts.vsockCid, 3, 0xfffffffe); // 0xffffffff: VMADDR_CID_ANY
+  // The one check of the vsock CID: 0-2 are the hypervisor's, local and the host's, 0xffffffff is
+  // VMADDR_CID_ANY (the addon and the vsock device only assert the range).
+  if (opts.vsockCid !== undefined) cfg.vsockCid = requireInt('vsockCid', opts.vsockCid, 3, 0xfffffffe);
   if (opts.vsockKnockPorts !== undefined) {
-    if (cfg.vsockCid === undefined) throw new InvalidArgumentError('vsockKnockPorts needs a vsock device (vsockCid)');
+    if (cfg.vsockCid === undefined) fail('vsockKnockPorts', 'given with a vsock device (vsockCid)', opts.vsockKnockPorts);
     cfg.vsockKnockPorts = checkKnockPorts(opts.vsockKnockPorts);
   }
   if (opts.rng !== undefined) cfg.rng = Boolean(opts.rng);
   if (opts.net !== undefined) {
-    if (opts.net === null || typeof opts.net !== 'object') throw new InvalidArgumentError('net must be an object');
-    const mac = checkString('net.mac', opts.net.mac, true)!;
+    if (opts.net === null || typeof opts.net !== 'object') fail('net', 'an object', opts.net);
+    const mac = requireString('net.mac', opts.net.mac);
     if (!/^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$/.test(mac) || (parseInt(mac.slice(0, 2), 16) & 1) !== 0)
-      throw new InvalidArgumentError(`net.mac must be a unicast MAC like 52:54:00:12:34:56, not ${JSON.stringify(mac)}`);
+      fail('net.mac', 'a unicast MAC like 52:54:00:12:34:56', mac);
     cfg.net = { mac };
-    const sock = checkString('net.backendSocket', opts.net.backendSocket, false);
+    const sock = optionalString('net.backendSocket', opts.net.backendSocket);
     if (sock) cfg.net.backendSocket = sock;
   }
-  const log = checkString('consoleLog', opts.consoleLog, false);
+  const log = optionalString('consoleLog', opts.consoleLog);
   if (log !== undefined) cfg.consoleLog = log;
   if (opts.consoleRingBytes !== undefined)
-    cfg.consoleRingBytes = checkInt('consoleRingBytes', opts.consoleRingBytes, 1, 64 * 1024 * 1024);
-  const dev = checkString('kvmDevice', opts.kvmDevice, false);
+    cfg.consoleRingBytes = requireInt('consoleRingBytes', opts.consoleRingBytes, 1, 64 * 1024 * 1024);
+  const dev = optionalString('kvmDevice', opts.kvmDevice);
   if (dev !== undefined) cfg.kvmDevice = dev;
   if (cfg.disks.length + (cfg.vsockCid !== undefined ? 1 : 0) + (cfg.rng ? 1 : 0) + (cfg.net ? 1 : 0) > 19)
     throw new InvalidArgumentError('at most 19 virtio devices (disks + vsock + rng + net)');
@@ -252,15 +242,15 @@ export class Machine extends EventEmitter<MachineEvents> {
    * state 'running' (default) or 'paused'. Its vsock connections are reset: reconnect.
    */
   static async restore(dir: string, opts: RestoreOptions = {}): Promise<Machine> {
-    checkString('dir', dir, true);
+    requireString('dir', dir);
     const want = opts.state ?? 'running';
-    if (want !== 'running' && want !== 'paused') throw new InvalidArgumentError(`state must be 'running' or 'paused'`);
+    if (want !== 'running' && want !== 'paused') fail('state', "'running' or 'paused'", want);
     const knockPorts = opts.vsockKnockPorts === undefined ? undefined : checkKnockPorts(opts.vsockKnockPorts);
-    const into = checkString('into', opts.into, false);
+    const into = optionalString('into', opts.into);
     let diskBytes: number[] | undefined;
     if (opts.diskBytes !== undefined) {
-      if (!Array.isArray(opts.diskBytes) || opts.diskBytes.length > 16) throw new InvalidArgumentError('diskBytes must be an array of at most 16 sizes');
-      diskBytes = opts.diskBytes.map((b, i) => checkInt(`diskBytes[${i}]`, b, 0, 2 ** 50));
+      if (!Array.isArray(opts.diskBytes) || opts.diskBytes.length > 16) fail('diskBytes', 'an array of at most 16 sizes', opts.diskBytes);
+      diskBytes = opts.diskBytes.map((b, i) => requireInt(`diskBytes[${i}]`, b, 0, 2 ** 50));
     }
     let onEvent: ((ev: NativeMachineEvent) => void) | undefined;
     const native = await loadNative().restoreMachine(dir, (ev) => onEvent?.(ev), into, diskBytes);
@@ -286,7 +276,7 @@ export class Machine extends EventEmitter<MachineEvents> {
    * next restore): a running one may be writing a merge into it. Resolves to the files removed.
    */
   static pruneSnapshots(dir: string, keep: readonly string[] = []): Promise<number> {
-    checkString('dir', dir, true);
+    requireString('dir', dir);
     return pruneSnapshotDir(dir, keep);
   }
 
@@ -299,7 +289,7 @@ export class Machine extends EventEmitter<MachineEvents> {
    * and the shells idle now.
    */
   static restorePool(opts: { depth?: number } = {}): { depth: number; idle: number } {
-    if (opts.depth !== undefined) checkInt('depth', opts.depth, 0, 16);
+    if (opts.depth !== undefined) requireInt('depth', opts.depth, 0, 16);
     return loadNative().restorePool(opts.depth);
   }
 
@@ -313,7 +303,7 @@ export class Machine extends EventEmitter<MachineEvents> {
    * validated as a restore validates it. Diagnostics and round-trip tests; reads one small file.
    */
   static describeSnapshot(dir: string): Record<string, Buffer> {
-    checkString('dir', dir, true);
+    requireString('dir', dir);
     return loadNative().describeSnapshot(dir);
   }
 
@@ -328,7 +318,7 @@ export class Machine extends EventEmitter<MachineEvents> {
    * the writes: do not reuse the old overlay path for another machine.
    */
   snapshot(dir: string, opts: SnapshotOptions = {}): Promise<SnapshotResult> {
-    checkString('dir', dir, true);
+    requireString('dir', dir);
     return this.#serial(async () => {
       // A running machine continues as soon as it is captured, while the generation is written.
       const resume = this.#native.state() === 'running' && !opts.stop;
@@ -346,8 +336,8 @@ export class Machine extends EventEmitter<MachineEvents> {
    * written into `dir` and made durable; the machine stays paused. Returns the generation.
    */
   captureNow(dir: string, timeoutMs = 2000): number {
-    checkString('dir', dir, true);
-    checkInt('timeoutMs', timeoutMs, 1, 600_000);
+    requireString('dir', dir);
+    requireInt('timeoutMs', timeoutMs, 1, 600_000);
     const generation = this.#native.captureNow(dir, timeoutMs);
     this.#snapshotDir = dir;
     return generation;
@@ -361,8 +351,8 @@ export class Machine extends EventEmitter<MachineEvents> {
    */
   captureOnTeardown(dir: string | null, timeoutMs = 2000): void {
     if (dir !== null) {
-      checkString('dir', dir, true);
-      checkInt('timeoutMs', timeoutMs, 1, 600_000);
+      requireString('dir', dir);
+      requireInt('timeoutMs', timeoutMs, 1, 600_000);
     }
     this.#native.setTeardownCapture(dir, timeoutMs);
   }
@@ -375,7 +365,7 @@ export class Machine extends EventEmitter<MachineEvents> {
    * its own. Parent and children diverge from there.
    */
   async fork(count: number, dir?: string): Promise<Machine[]> {
-    checkInt('count', count, 1, 256);
+    requireInt('count', count, 1, 256);
     const where = dir ?? this.#snapshotDir ?? mkdtempSync(join(tmpdir(), 'torpor-fork-'));
     // VM shells for the children are built while the generation is captured (Machine.restorePool).
     this.#native.prepareRestores(count);
@@ -554,8 +544,8 @@ export class Machine extends EventEmitter<MachineEvents> {
 
   /** Opens a vsock stream to the guest's port; resolves to a connected net.Socket. */
   async vsockConnect(port: number, timeoutMs = 5000): Promise<net.Socket> {
-    checkInt('port', port, 0, 0xffffffff);
-    checkInt('timeoutMs', timeoutMs, 1, 3_600_000);
+    requireInt('port', port, 0, 0xffffffff);
+    requireInt('timeoutMs', timeoutMs, 1, 3_600_000);
     const fd = await this.#native.vsockConnect(port, timeoutMs);
     return new net.Socket({ fd, readable: true, writable: true });
   }
@@ -566,7 +556,7 @@ export class Machine extends EventEmitter<MachineEvents> {
 
   /** Knocks the guest made on a knock port (vsockKnockPorts) since the machine was built; latched. */
   vsockKnocks(port: number): number {
-    checkInt('port', port, 0, 0xffffffff);
+    requireInt('port', port, 0, 0xffffffff);
     return this.#native.vsockKnocks(port);
   }
 
@@ -576,7 +566,7 @@ export class Machine extends EventEmitter<MachineEvents> {
    * INVALID_STATE without a network device.
    */
   netAttach(socketPath: string): void {
-    checkString('socketPath', socketPath, true);
+    requireString('socketPath', socketPath);
     this.#native.netAttach(socketPath);
   }
   /**
@@ -596,7 +586,7 @@ export class Machine extends EventEmitter<MachineEvents> {
   }
   /** Attaches the network device to `fd` (one end of Machine.netSocketPair()); the machine owns it from here. */
   netAttachFd(fd: number): void {
-    checkInt('fd', fd, 0, 0x7fffffff);
+    requireInt('fd', fd, 0, 0x7fffffff);
     this.#native.netAttachFd(fd);
   }
   /** A connected pair of Unix stream socket fds: one for netAttachFd, one for the backend process (passt --fd). */
@@ -615,8 +605,8 @@ export class Machine extends EventEmitter<MachineEvents> {
 
   /** Bounds-checked read of guest-physical memory (GUEST_MEMORY outside RAM). */
   readGuest(gpa: number, length: number): Buffer {
-    checkInt('gpa', gpa, 0, Number.MAX_SAFE_INTEGER);
-    checkInt('length', length, 0, 64 * 1024 * 1024);
+    requireInt('gpa', gpa, 0, Number.MAX_SAFE_INTEGER);
+    requireInt('length', length, 0, 64 * 1024 * 1024);
     return this.#native.readGuest(gpa, length);
   }
 

@@ -33,14 +33,14 @@ void call_quietly(Napi::Env env, Napi::Function fn, napi_value arg) {
   }
 }
 
-// vsockKnockPorts: integers 1..1023, at most 16 (the machine checks the same).
+// vsockKnockPorts as u32s. lib checked them (lib/vm/machine.ts: 1..1023, at most 16); the vsock
+// device asserts the same.
 std::vector<uint32_t> parse_knock_ports(const Napi::Value& v) {
-  if (!v.IsArray()) throw Error(code::kInvalidArgument, "vsockKnockPorts must be an array");
+  precondition(v.IsArray(), "vsockKnockPorts is an array");
   Napi::Array arr = v.As<Napi::Array>();
-  if (arr.Length() > 16) throw Error(code::kInvalidArgument, "at most 16 vsock knock ports");
   std::vector<uint32_t> ports;
   for (uint32_t i = 0; i < arr.Length(); i++)
-    ports.push_back(static_cast<uint32_t>(js::to_uint(unwrap(arr.Get(i)), "vsockKnockPorts[]", 1, 1023)));
+    ports.push_back(static_cast<uint32_t>(js::to_uint(unwrap(arr.Get(i)), "vsockKnockPorts[]", 0, 0xffffffffull)));
   return ports;
 }
 
@@ -86,13 +86,12 @@ MachineConfig parse_config(const Napi::Value& v) {
       // beyond its template's); 0 or absent: the largest layer's.
       b.size_bytes = js::get_uint(d, "sizeBytes", 0, uint64_t{1} << 50, 0);
       b.read_only = js::get_bool(d, "readOnly", false);
-      b.serial = js::get_string(d, "serial", false);
-      if (b.serial.size() > 20) throw Error(code::kInvalidArgument, "disk serial is limited to 20 bytes");
+      b.serial = js::get_string(d, "serial", false);  // at most 20 bytes: lib checked, the blk factory asserts
       c.disks.push_back(std::move(b));
     }
   }
-  // 0xffffffff is VMADDR_CID_ANY, never a guest's address.
-  if (js::has(o, "vsockCid")) c.vsock_cid = js::get_uint(o, "vsockCid", 3, 0xfffffffeull, std::nullopt);
+  // A u32; its range (3..0xfffffffe) is lib's to check, the vsock device's to assert.
+  if (js::has(o, "vsockCid")) c.vsock_cid = js::get_uint(o, "vsockCid", 0, 0xffffffffull, std::nullopt);
   if (js::has(o, "vsockKnockPorts")) c.vsock_knock_ports = parse_knock_ports(unwrap(o.Get("vsockKnockPorts")));
   c.rng = js::get_bool(o, "rng", false);
   if (js::has(o, "net")) {
@@ -218,6 +217,12 @@ Napi::Object snapshot_object(Napi::Env env, const CaptureResult& r) {
     disks.Set(i, layers);
   }
   o.Set("diskLayers", disks);
+  o.Set("stateFile", r.state_file);
+  o.Set("memoryLayer", r.memory_layer);
+  o.Set("manifest", r.manifest);
+  Napi::Array chain = Napi::Array::New(env, r.memory_layers.size());
+  for (uint32_t i = 0; i < r.memory_layers.size(); i++) chain.Set(i, r.memory_layers[i]);
+  o.Set("memoryLayers", chain);
   o.Set("capturedMs", r.captured_ms);
   o.Set("durableMs", r.durable_ms);
   return o;

@@ -5,6 +5,8 @@
 #include "addon/machine_binding.h"
 #include "addon/net_socket_binding.h"
 #include "addon/probe_binding.h"
+#include "common/error.h"
+#include "snapshot/generation_layout.h"
 #include "vmm/kvm.h"
 #include "vmm/vm_pool.h"
 
@@ -51,6 +53,28 @@ Napi::Value kvm_call_count_binding(const Napi::CallbackInfo& info) {
   return Napi::Number::New(info.Env(), static_cast<double>(kvm_call_count()));
 }
 
+// snapshotLayout(generation, disks) -> { dir, state, memoryLayer, manifest, diskOverlays }: the
+// files of generation `generation` relative to its snapshot directory (snapshot/generation_layout.h),
+// for lib to find a generation's manifest without naming files itself. lib checks the arguments.
+Napi::Value snapshot_layout(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  return guarded(env, [&]() -> Napi::Value {
+    if (!info[0].IsNumber() || !info[1].IsNumber())
+      throw Error(code::kInternal, "snapshotLayout: precondition failed (generation and disks are numbers)");
+    GenerationLayout g = generation_layout(static_cast<uint64_t>(info[0].As<Napi::Number>().Int64Value()),
+                                           info[1].As<Napi::Number>().Uint32Value());
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("dir", g.dir);
+    o.Set("state", g.state);
+    o.Set("memoryLayer", g.memory);
+    o.Set("manifest", g.manifest);
+    Napi::Array disks = Napi::Array::New(env, g.disk_overlays.size());
+    for (uint32_t i = 0; i < g.disk_overlays.size(); i++) disks.Set(i, g.disk_overlays[i]);
+    o.Set("diskOverlays", disks);
+    return o;
+  });
+}
+
 Napi::Object init(Napi::Env env, Napi::Object exports) {
   env.SetInstanceData<AddonState>(new AddonState());
   exports.Set("setErrorFactory", Napi::Function::New(env, set_error_factory, "setErrorFactory"));
@@ -67,6 +91,7 @@ Napi::Object init(Napi::Env env, Napi::Object exports) {
   exports.Set("closeLockFile", Napi::Function::New(env, close_lock_file_binding, "closeLockFile"));
   exports.Set("netSocketPair", Napi::Function::New(env, net_socket_pair_binding, "netSocketPair"));
   exports.Set("closeNetSocket", Napi::Function::New(env, close_net_socket_binding, "closeNetSocket"));
+  exports.Set("snapshotLayout", Napi::Function::New(env, snapshot_layout, "snapshotLayout"));
   exports.Set("describeSnapshot", Napi::Function::New(env, MachineWrap::describe_snapshot, "describeSnapshot"));
   return exports;
 }

@@ -43,6 +43,14 @@ class Error : public std::runtime_error {
   int errno_;
 };
 
+// A precondition of an internal interface: what lib checks once, at the public
+// edge, for the user (lib/validate.ts), the layers below only assert. A broken
+// one is a bug in the caller: Error(INTERNAL) naming the condition, caught at
+// the addon's entry point like every Error (never an abort).
+inline void precondition(bool holds, const char* what) {
+  if (!holds) throw Error(code::kInternal, std::string("precondition failed: ") + what);
+}
+
 // Throws an Error carrying the current errno, e.g. sys_error(code::kIo, "open disk").
 [[noreturn]] void throw_sys_error(const char* code, const std::string& what, int err = errno);
 

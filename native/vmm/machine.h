@@ -84,6 +84,11 @@ struct CaptureResult {
   // from this generation's disk stacks, and what older generations' files
   // are still needed for.
   std::vector<std::vector<std::string>> disk_layers;
+  // The generation's own files, relative to the directory (names from
+  // snapshot/generation_layout.h), and its memory chain bottom first (this
+  // generation's layer last; absolute for another directory's layers).
+  std::string state_file, memory_layer, manifest;
+  std::vector<std::string> memory_layers;
   double captured_ms = 0;    // state and dirty pages read (the machine could continue from here)
   double durable_ms = 0;     // the generation is on disk and `current` points at it
 };

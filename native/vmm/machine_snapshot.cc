@@ -2,8 +2,9 @@
 // docs/snapshot.md).
 //
 // A generation directory <dir>/gen-<n>/ holds vm.state (envelope around the
-// body below), mem.layer (full or diff) and manifest.json (for people and
-// tools; the loader trusts only vm.state). It is written as gen-<n>.tmp/,
+// body below), mem.layer (full or diff) and manifest.json (for people, tools
+// and lib's store; the loader trusts only vm.state); the names are
+// snapshot/generation_layout.h's. It is written as gen-<n>.tmp/,
 // fsynced, renamed, and <dir>/current is switched to it atomically
 // (current.tmp, fsync, rename, fsync of the directory): a crash at any moment
 // leaves the previous generation whole.
@@ -28,9 +29,11 @@
 #include <fstream>
 
 #include "common/error.h"
+#include "common/json_writer.h"
 #include "devices/virtio/blk/blk_device.h"
 #include "devices/virtio/blk/overlay_disk.h"
 #include "snapshot/envelope.h"
+#include "snapshot/generation_layout.h"
 #include "snapshot/layer_path.h"
 #include "vmm/fingerprint_probe.h"
 #include "vmm/machine.h"
@@ -48,7 +51,6 @@ namespace {
 constexpr const char* kBodyTag = "torpor-machine";
 constexpr uint32_t kBodyVersion = 1;
 constexpr uint32_t kMaxChain = 64;      // what a restore accepts
-constexpr const char* kCurrent = "current";
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -87,21 +89,20 @@ void write_file_synced(const std::string& path, const std::string& text) {
 
 // "gen-<n>" from <dir>/current; 0 when there is none yet.
 uint64_t current_generation(const std::string& dir) {
-  std::ifstream f(dir + "/" + kCurrent);
+  std::ifstream f(dir + "/" + kCurrentFile);
   if (!f) return 0;
   std::string line;
   std::getline(f, line);
-  if (line.rfind("gen-", 0) != 0 || line.size() > 24) throw Error(code::kSnapshotInvalid, dir + "/current is malformed");
+  const std::string prefix = kGenerationPrefix;
+  if (line.rfind(prefix, 0) != 0 || line.size() > 24) throw Error(code::kSnapshotInvalid, dir + "/current is malformed");
   uint64_t n = 0;
-  for (char c : line.substr(4)) {
+  for (char c : line.substr(prefix.size())) {
     if (c < '0' || c > '9') throw Error(code::kSnapshotInvalid, dir + "/current is malformed");
     n = n * 10 + static_cast<uint64_t>(c - '0');
   }
   if (n == 0) throw Error(code::kSnapshotInvalid, dir + "/current names generation 0");
   return n;
 }
-
-std::string gen_name(uint64_t n) { return "gen-" + std::to_string(n); }
 
 // A disk layer path from the state file: relative, inside dir, no "..".
 void check_relative(const std::string& p) {
@@ -197,24 +198,6 @@ uint64_t allocated_bytes(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_blocks) * 512 : 0;
 }
 
-// A path as a JSON string (the manifest is read by tools and by the sandbox store).
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c < 0x20) {
-      char esc[8];
-      std::snprintf(esc, sizeof esc, "\\u%04x", c);
-      out += esc;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out + "\"";
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------- capture
@@ -269,7 +252,7 @@ std::vector<std::pair<std::string, std::vector<uint8_t>>> Machine::snapshot_part
   const uint64_t n = current_generation(dir);
   if (n == 0) throw Error(code::kSnapshotInvalid, dir + " holds no snapshot (no 'current')");
   KvmSystem sys("/dev/kvm");
-  auto body = read_state_file(dir + "/" + gen_name(n) + "/vm.state", probe_fingerprint(sys, detect_host_kind()));
+  auto body = read_state_file(dir + "/" + generation_layout(n).state, probe_fingerprint(sys, detect_host_kind()));
   StateReader in(body);
   in.expect_header(kBodyTag, kBodyVersion, kBodyVersion);
   MachineSpec spec = read_machine_spec(in);
@@ -318,12 +301,13 @@ CaptureResult Machine::capture_locked(const std::string& dir, const std::functio
   fs::create_directories(dir);
   const uint64_t prev = current_generation(dir);
   res.generation = prev + 1;
-  const std::string gen = gen_name(res.generation);
+  const GenerationLayout files = generation_layout(res.generation, config_.disks.size());
+  const std::string& gen = files.dir;
   // A diff only continues a chain this machine wrote or was restored from,
   // in this directory, whose top is the generation `current` names.
   const bool diff = !mem_chain_.empty() && snapshot_dir_ == dir && prev == generation_ && mem_chain_.size() < kMemoryChainBound;
   std::vector<std::string> chain = diff ? mem_chain_ : std::vector<std::string>{};
-  chain.push_back(gen + "/mem.layer");
+  chain.push_back(files.memory);
   res.full_layer = !diff;
 
   // --- state, in memory
@@ -346,7 +330,7 @@ CaptureResult Machine::capture_locked(const std::string& dir, const std::functio
     if (!blk) throw Error(code::kInternal, "disk " + std::to_string(i) + " is not a virtio-blk device");
     d.size_bytes = blk->disk().size();
     if (!d.read_only && !d.overlay_path.empty()) {
-      Freeze f{i, d.overlay_path, dir + "/" + gen + "/disk" + std::to_string(i) + ".overlay", ""};
+      Freeze f{i, d.overlay_path, dir + "/" + files.disk_overlays[i], ""};
       d.frozen_overlays.push_back(f.frozen);
       freezes.push_back(std::move(f));
     }
@@ -382,7 +366,7 @@ CaptureResult Machine::capture_locked(const std::string& dir, const std::functio
   for (auto& f : freezes) {
     VirtioMmioDevice& dev = *virtio_[f.disk].dev;
     if (int rc = virtio_blk_flush(dev); rc < 0) throw_sys_error(code::kIo, "flush disk " + std::to_string(f.disk), -rc);
-    std::string name = "/disk" + std::to_string(f.disk) + ".overlay";
+    std::string name = "/" + disk_overlay_file(f.disk);
     link_or_copy(f.old_top, tmp + name);
     link_or_copy(OverlayDisk::map_path(f.old_top), OverlayDisk::map_path(tmp + name));
     // Immutable from here: read-only for everyone (a sign to whoever held the
@@ -418,7 +402,7 @@ CaptureResult Machine::capture_locked(const std::string& dir, const std::functio
         pages.push_back({page, dst});
       }
   } else {
-    layer = write_full_layer(tmp + "/mem.layer", ram, /*sync=*/false);
+    layer = write_full_layer(tmp + "/" + kMemoryLayerFile, ram, /*sync=*/false);
     res.dirty_pages = layer.pages;
   }
   res.captured_ms = ms_since(t0);
@@ -428,45 +412,39 @@ CaptureResult Machine::capture_locked(const std::string& dir, const std::functio
   // --- durable
   if (diff) {
     std::string parent = layer_identity(resolve_layer_path(dir, mem_chain_.back()));
-    layer = write_diff_layer(tmp + "/mem.layer", ram_->size(), parent, pages);
+    layer = write_diff_layer(tmp + "/" + kMemoryLayerFile, ram_->size(), parent, pages);
     res.dirty_pages = pages.size();
   } else {
-    sync_layer_file(tmp + "/mem.layer");
+    sync_layer_file(tmp + "/" + kMemoryLayerFile);
   }
   HostFingerprint fp = probe_fingerprint(*kvm_, host_kind_);
-  write_state_file(tmp + "/vm.state", fp, body.data());
-  char manifest[512];
-  std::snprintf(manifest, sizeof manifest,
-                "{\"generation\":%llu,\"parent\":%llu,\"memory\":{\"kind\":\"%s\",\"pages\":%llu},\"layers\":[",
-                static_cast<unsigned long long>(res.generation), static_cast<unsigned long long>(prev),
-                diff ? "diff" : "full", static_cast<unsigned long long>(layer.pages));
-  std::string m = manifest;
-  for (size_t i = 0; i < chain.size(); i++) {
-    if (i) m += ',';
-    m += json_string(chain[i]);
-  }
-  m += "],\"disks\":[";
-  for (size_t i = 0; i < res.disk_layers.size(); i++) {
-    m += i ? ",[" : "[";
-    for (size_t k = 0; k < res.disk_layers[i].size(); k++) {
-      if (k) m += ',';
-      m += json_string(res.disk_layers[i][k]);
-    }
-    m += "]";
-  }
-  m += "]}\n";
-  write_file_synced(tmp + "/manifest.json", m);
+  write_state_file(tmp + "/" + kStateFile, fp, body.data());
+  JsonWriter manifest;
+  manifest.begin_object().key("generation").value(res.generation).key("parent").value(prev);
+  manifest.key("memory").begin_object().key("kind").value(diff ? "diff" : "full").key("pages").value(layer.pages).end_object();
+  manifest.key("layers").string_array(chain);
+  manifest.key("disks").begin_array();
+  for (const auto& disk : res.disk_layers) manifest.string_array(disk);
+  manifest.end_array();
+  manifest.key("state").value(files.state);
+  manifest.end_object();
+  const std::string m = manifest.str() + "\n";
+  write_file_synced(tmp + "/" + kManifestFile, m);
   fsync_path(tmp, true);
   fs::remove_all(dir + "/" + gen);  // a leftover of a capture that died after its rename but before `current`
   fs::rename(tmp, dir + "/" + gen);
   fsync_path(dir, true);
   write_file_synced(dir + "/current.tmp", gen + "\n");
-  fs::rename(dir + "/current.tmp", dir + "/" + kCurrent);
+  fs::rename(dir + "/current.tmp", dir + "/" + kCurrentFile);
   fsync_path(dir, true);
-  res.bytes = layer.file_bytes + file_bytes(dir + "/" + gen + "/vm.state") + m.size() + disk_bytes;
+  res.bytes = layer.file_bytes + file_bytes(dir + "/" + files.state) + m.size() + disk_bytes;
   // The frozen layers now live in the generation (same inode, or a copy).
   for (auto& f : freezes) config_.disks[f.disk].frozen_overlays.back() = f.frozen;
   res.durable_ms = ms_since(t0);
+  res.state_file = files.state;
+  res.memory_layer = files.memory;
+  res.manifest = files.manifest;
+  res.memory_layers = chain;
 
   // Only now, with the generation durable: the next diff starts from here.
   std::fill(dirty_.begin(), dirty_.end(), 0);
@@ -527,7 +505,7 @@ std::unique_ptr<Machine> Machine::restore_from(const std::string& dir, Callbacks
     // The fingerprint check needs this host's KVM; nothing else is touched yet.
     KvmSystem sys("/dev/kvm");
     HostKind kind = detect_host_kind();
-    plan->body = read_state_file(dir + "/" + gen_name(n) + "/vm.state", probe_fingerprint(sys, kind));
+    plan->body = read_state_file(dir + "/" + generation_layout(n).state, probe_fingerprint(sys, kind));
     plan->clock.mark("state file read + fingerprint");
     plan->in = std::make_unique<StateReader>(plan->body);
     StateReader& in = *plan->in;

@@ -17,8 +17,7 @@ namespace torpor {
 
 std::unique_ptr<VirtioMmioDevice> make_virtio_blk(GuestMemory& mem, IrqLine& irq, EventLoop& loop,
                                                   const BlkOptions& opts) {
-  if (opts.serial.size() > virtio_blk::kIdBytes)
-    throw Error(code::kInvalidArgument, "disk serial is longer than 20 bytes");
+  precondition(opts.serial.size() <= virtio_blk::kIdBytes, "disk serial of at most 20 bytes");
   if (opts.base_path.empty() && opts.overlay_path.empty())
     throw Error(code::kInvalidArgument, "a disk needs a base image, an overlay, or both");
   if (opts.overlay_path.empty() && !opts.read_only)

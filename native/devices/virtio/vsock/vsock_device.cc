@@ -25,6 +25,7 @@ namespace {
 constexpr const char* kStateTag = "virtio-vsock";
 constexpr uint32_t kStateVersion = 1;
 constexpr uint32_t kFirstPort = 1024;  // below are "privileged" on Linux; we never bind them
+constexpr size_t kMaxKnockPorts = 16;
 constexpr uint32_t kLastPort = 0x7fffffff;
 // While a REQUEST is held back after a transport reset, look at the event
 // queue this often (the guest may re-post its buffer without a kick).
@@ -33,8 +34,7 @@ constexpr auto kRefillPoll = std::chrono::milliseconds(2);
 
 VsockDevice::VsockDevice(GuestMemory& mem, EventLoop& loop, uint64_t guest_cid)
     : mem_(mem), loop_(loop), life_(std::make_shared<Life>()), guest_cid_(guest_cid), scratch_(vsock::kMaxPayload) {
-  if (guest_cid < vsock::kMinGuestCid || guest_cid > vsock::kMaxGuestCid)
-    throw Error(code::kInvalidArgument, "vsock guest CID must be 3..4294967294");
+  precondition(guest_cid >= vsock::kMinGuestCid && guest_cid <= vsock::kMaxGuestCid, "vsock guest CID in 3..0xfffffffe");
   life_->dev = this;
   timer_fd_ = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
   if (timer_fd_ < 0) throw_sys_error(code::kInternal, "vsock: timerfd_create");
@@ -221,8 +221,8 @@ void VsockDevice::do_transport_reset() {
 }
 
 void VsockDevice::set_knock_ports(const std::vector<uint32_t>& ports, std::function<void()> knocked) {
-  for (uint32_t p : ports)
-    if (p == 0 || p >= kFirstPort) throw Error(code::kInvalidArgument, "vsock knock ports must be 1..1023");
+  precondition(ports.size() <= kMaxKnockPorts, "at most 16 vsock knock ports");
+  for (uint32_t p : ports) precondition(p != 0 && p < kFirstPort, "vsock knock ports in 1..1023");
   std::lock_guard<std::mutex> lock(transport_->lock());
   knocks_.clear();
   for (uint32_t p : ports) knocks_[p] = 0;
