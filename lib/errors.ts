@@ -57,6 +57,9 @@ export interface TorporErrorOptions {
   cause?: unknown;
 }
 
+/** E2B's name for the base class of its errors: code written against E2B's `SandboxError` catches torpor's. */
+export { TorporError as SandboxError };
+
 export class TorporError extends Error {
   readonly code: ErrorCode;
   readonly errno?: number;
@@ -84,19 +87,30 @@ export class TimeoutError extends TorporError {
     super('TIMEOUT', message, options);
   }
 }
-export class FileNotFoundError extends TorporError {
+/** Something named does not exist: a file, a sandbox or a template (E2B's `NotFoundError`;
+ *  `code` says which). */
+export class NotFoundError extends TorporError {}
+export class FileNotFoundError extends NotFoundError {
   constructor(message: string, options?: TorporErrorOptions) {
     super('FILE_NOT_FOUND', message, options);
   }
 }
-export class SandboxNotFoundError extends TorporError {
+export class SandboxNotFoundError extends NotFoundError {
   constructor(message: string, options?: TorporErrorOptions) {
     super('SANDBOX_NOT_FOUND', message, options);
   }
 }
-export class TemplateNotFoundError extends TorporError {
+export class TemplateNotFoundError extends NotFoundError {
   constructor(message: string, options?: TorporErrorOptions) {
     super('TEMPLATE_NOT_FOUND', message, options);
+  }
+}
+/** Another live process runs the sandbox (`ownerPid`, when known): pause it there, or end that process. */
+export class SandboxBusyError extends TorporError {
+  readonly ownerPid: number | null;
+  constructor(message: string, options: TorporErrorOptions & { ownerPid?: number | null } = {}) {
+    super('SANDBOX_BUSY', message, options);
+    this.ownerPid = options.ownerPid ?? null;
   }
 }
 export class OutputLostError extends TorporError {
@@ -165,6 +179,7 @@ const byCode: Partial<Record<ErrorCode, new (message: string, options?: TorporEr
   TIMEOUT: TimeoutError,
   FILE_NOT_FOUND: FileNotFoundError,
   SANDBOX_NOT_FOUND: SandboxNotFoundError,
+  SANDBOX_BUSY: SandboxBusyError,
   TEMPLATE_NOT_FOUND: TemplateNotFoundError,
   OUTPUT_LOST: OutputLostError,
   OUTPUT_LIMIT: OutputLimitError,

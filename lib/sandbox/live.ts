@@ -1,6 +1,6 @@
 // Who runs a sandbox: this process (the Sandbox objects it holds, by id: connect returns the
 // running one as it is, kill and getInfo ask it first), or another one (SANDBOX_BUSY).
-import { TorporError } from '../errors.js';
+import { SandboxBusyError } from '../errors.js';
 import type { Sandbox } from './sandbox.js';
 
 /** Sandboxes this process runs or ran, by id. */
@@ -20,7 +20,7 @@ export function dropLive(sbx: Sandbox): void {
 }
 
 export const SANDBOX_BUSY = (id: string, pid: number | null) =>
-  new TorporError(
-    'SANDBOX_BUSY',
+  new SandboxBusyError(
     `sandbox ${id} is in use by ${pid ? `process ${pid}` : 'another process'}: pause it there (or end that process), then connect again`,
+    { ownerPid: pid },
   );
