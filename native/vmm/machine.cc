@@ -16,7 +16,10 @@
 
 #include "common/error.h"
 #include "devices/i8042/i8042.h"
-#include "devices/virtio/net/net_mmio.h"
+#include "devices/virtio/blk/make_blk.h"
+#include "devices/virtio/net/make_net.h"
+#include "devices/virtio/rng/make_rng.h"
+#include "devices/virtio/vsock/make_vsock.h"
 #include "devices/serial/serial_8250.h"
 #include "snapshot/disk_layers.h"
 #include "vmm/machine_snapshot.h"
@@ -320,39 +323,28 @@ Machine::~Machine() {
   drop_merge();
 }
 
-void Machine::net_attach(const std::string& socket_path) {
+VirtioMmioDevice& Machine::net_device() {
   if (released()) throw Error(code::kInvalidState, "the machine was stopped and its network device released");
-  NetMmioDevice* net = net_dev_ ? virtio_net_of(*net_dev_) : nullptr;
-  if (!net) throw Error(code::kInvalidState, "this machine has no network device (set net)");
-  net->connect_stream(socket_path);
+  if (!net_dev_) throw Error(code::kInvalidState, "this machine has no network device (set net)");
+  return *net_dev_;
 }
 
-int Machine::net_attach_pair() {
-  if (released()) throw Error(code::kInvalidState, "the machine was stopped and its network device released");
-  NetMmioDevice* net = net_dev_ ? virtio_net_of(*net_dev_) : nullptr;
-  if (!net) throw Error(code::kInvalidState, "this machine has no network device (set net)");
-  return net->attach_pair().release();
-}
+void Machine::net_attach(const std::string& socket_path) { virtio_net_connect_stream(net_device(), socket_path); }
+
+int Machine::net_attach_pair() { return virtio_net_attach_pair(net_device()).release(); }
 
 void Machine::net_set_egress_policy(EgressPolicy policy) {
-  if (released()) throw Error(code::kInvalidState, "the machine was stopped and its network device released");
-  NetMmioDevice* net = net_dev_ ? virtio_net_of(*net_dev_) : nullptr;
-  if (!net) throw Error(code::kInvalidState, "this machine has no network device (set net)");
-  net->set_egress_policy(std::move(policy));
+  virtio_net_set_egress_policy(net_device(), std::move(policy));
 }
 
 void Machine::net_attach_fd(int fd) {
   Fd owned(fd);
-  if (released()) throw Error(code::kInvalidState, "the machine was stopped and its network device released");
-  NetMmioDevice* net = net_dev_ ? virtio_net_of(*net_dev_) : nullptr;
-  if (!net) throw Error(code::kInvalidState, "this machine has no network device (set net)");
-  net->attach_stream(std::move(owned));
+  virtio_net_attach_stream(net_device(), std::move(owned));
 }
 
 std::string Machine::net_backend_error() {
   if (released() || !net_dev_) return "";
-  NetMmioDevice* net = virtio_net_of(*net_dev_);
-  return net ? net->backend_error() : "";
+  return virtio_net_backend_error(*net_dev_);
 }
 
 void Machine::add_virtio(std::unique_ptr<VirtioMmioDevice> dev, std::unique_ptr<KvmIrqLine> irq) {

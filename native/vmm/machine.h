@@ -28,8 +28,11 @@
 
 #include "common/error.h"
 #include "devices/bus.h"
+#include "devices/virtio/blk/blk_options.h"
 #include "devices/virtio/net/egress_policy.h"
+#include "devices/virtio/net/net_options.h"
 #include "devices/virtio/virtio_mmio.h"
+#include "devices/virtio/vsock/vsock_host.h"
 #include "vmm/console.h"
 #include "base/event_loop.h"
 #include "vmm/guest_ram.h"
@@ -247,6 +250,7 @@ class Machine final : private VcpuHost {
   MachineStats collect_stats() const;
 
   void add_virtio(std::unique_ptr<VirtioMmioDevice> dev, std::unique_ptr<KvmIrqLine> irq);
+  VirtioMmioDevice& net_device();  // INVALID_STATE once released or without one
   // Called once all vCPU threads are gone: stops the I/O thread, fixes the
   // final state, fires pending completions and the exit callback.
   void finish();
