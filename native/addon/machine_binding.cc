@@ -11,6 +11,7 @@
 
 #include "addon/addon_state.h"
 #include "addon/js_values.h"
+#include "addon/promise.h"
 #include "common/error.h"
 #include "vmm/reaper.h"
 
@@ -296,9 +297,9 @@ class BuildWorker final : public CodedWorker {
  public:
   using Builder = std::function<std::unique_ptr<Machine>(Machine::Callbacks)>;
   BuildWorker(Napi::Env env, Builder build, std::shared_ptr<EventBridge> bridge,
-              std::shared_ptr<MachineWrap::Handle> handle, Napi::Promise::Deferred deferred)
+              std::shared_ptr<MachineWrap::Handle> handle, PendingPromise promise)
       : CodedWorker(env, "torpor.build"), build_(std::move(build)), bridge_(std::move(bridge)), handle_(std::move(handle)),
-        deferred_(deferred) {}
+        promise_(promise) {}
   void Execute() override {
     run([&] { machine_ = build_(MachineWrap::make_callbacks(bridge_, handle_)); });
   }
@@ -307,7 +308,7 @@ class BuildWorker final : public CodedWorker {
     bridge_->release_hold(env);
     if (!code_.empty()) {
       bridge_->close();
-      deferred_.Reject(make_js_error(env, code_.c_str(), message_).Value());
+      promise_.settle(env, code_, message_);
       return;
     }
     MachineWrap::Adopt adopt{std::move(machine_), bridge_, handle_};
@@ -318,17 +319,17 @@ class BuildWorker final : public CodedWorker {
       Napi::Value err = env.GetAndClearPendingException().Value();
       if (adopt.machine) adopt.machine->release(false);
       bridge_->close();
-      deferred_.Reject(err);
+      promise_.reject_with(env, err);
       return;
     }
-    deferred_.Resolve(obj);
+    promise_.settle(env, "", "", Napi::Value(env, obj));
   }
 
  private:
   Builder build_;
   std::shared_ptr<EventBridge> bridge_;
   std::shared_ptr<MachineWrap::Handle> handle_;
-  Napi::Promise::Deferred deferred_;
+  PendingPromise promise_;
   std::unique_ptr<Machine> machine_;
 };
 
@@ -374,10 +375,10 @@ Napi::Value MachineWrap::queue_build(Napi::Env env, Napi::Function on_event,
                                      std::function<std::unique_ptr<Machine>(Machine::Callbacks)> build) {
   auto bridge = std::make_shared<EventBridge>(env, on_event);
   auto handle = std::make_shared<Handle>();
-  auto deferred = Napi::Promise::Deferred::New(env);
+  auto [pending, promise] = PendingPromise::make(env);
   bridge->hold(env);
-  (new BuildWorker(env, std::move(build), bridge, handle, deferred))->Queue();
-  return deferred.Promise();
+  (new BuildWorker(env, std::move(build), bridge, handle, pending))->Queue();
+  return promise;
 }
 
 Napi::Value MachineWrap::snapshot(const Napi::CallbackInfo& info) {
@@ -589,26 +590,21 @@ Machine& MachineWrap::any_machine() {
 }
 
 std::pair<uint64_t, Napi::Promise> MachineWrap::new_promise(Napi::Env env) {
-  napi_deferred d;
-  napi_value promise;
-  if (napi_create_promise(env, &d, &promise) != napi_ok) throw Error(code::kInternal, "napi_create_promise failed");
+  auto [pending, promise] = PendingPromise::make(env);
   uint64_t id = next_id_++;
-  pending_.emplace(id, d);
+  pending_.emplace(id, pending);
   bridge_->hold(env);
-  return {id, Napi::Promise(env, promise)};
+  return {id, promise};
 }
 
 void MachineWrap::settle(Napi::Env env, uint64_t id, const std::string& code, const std::string& message,
                          Napi::Value value) {
   auto it = pending_.find(id);
   if (it == pending_.end()) return;
-  napi_deferred d = it->second;
+  PendingPromise pending = it->second;
   pending_.erase(it);
   bridge_->release_hold(env);
-  if (code.empty())
-    napi_resolve_deferred(env, d, value);
-  else
-    napi_reject_deferred(env, d, make_js_error(env, code.c_str(), message).Value());
+  pending.settle(env, code, message, value);
 }
 
 Machine::Done MachineWrap::completion(uint64_t id) {
@@ -656,14 +652,12 @@ Napi::Value MachineWrap::pause(const Napi::CallbackInfo& info) {
 Napi::Value MachineWrap::resume(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   return guarded(env, [&]() -> Napi::Value {
-    auto d = Napi::Promise::Deferred::New(env);
     try {
       live_machine().resume();
-      d.Resolve(env.Undefined());
     } catch (const Error& e) {
-      d.Reject(make_js_error(env, e.code(), e.what()).Value());
+      return settled_promise(env, e.code(), e.what());
     }
-    return d.Promise();
+    return settled_promise(env, "", "");
   });
 }
 
@@ -673,9 +667,9 @@ namespace {
 // closing the devices' files (a disk overlay's final flush) never block JS.
 class StopWorker final : public Napi::AsyncWorker {
  public:
-  StopWorker(Napi::Env env, Napi::Object self, MachineWrap* wrap, Machine* machine, Napi::Promise::Deferred deferred)
+  StopWorker(Napi::Env env, Napi::Object self, MachineWrap* wrap, Machine* machine, PendingPromise promise)
       : Napi::AsyncWorker(env, "torpor.stop"), self_(Napi::Persistent(self)), wrap_(wrap), machine_(machine),
-        deferred_(deferred) {}
+        promise_(promise) {}
   void Execute() override {
     try {
       // One call, one hold of the machine's stop lock: stops, then gives back
@@ -695,14 +689,14 @@ class StopWorker final : public Napi::AsyncWorker {
     o.Set("kind", reason_.kind);
     o.Set("message", reason_.message);
     o.Set("consoleTail", reason_.console_tail);
-    deferred_.Resolve(o);
+    promise_.settle(Env(), "", "", o);
   }
 
  private:
   Napi::ObjectReference self_;  // keeps the wrap and its machine alive until done
   MachineWrap* wrap_;
   Machine* machine_;
-  Napi::Promise::Deferred deferred_;
+  PendingPromise promise_;
   ExitReason reason_;
 };
 
@@ -711,16 +705,13 @@ class StopWorker final : public Napi::AsyncWorker {
 Napi::Value MachineWrap::stop(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   return guarded(env, [&]() -> Napi::Value {
-    auto d = Napi::Promise::Deferred::New(env);
-    if (!machine_ || torn_down_) {
-      d.Reject(make_js_error(env, code::kInvalidState, "the machine was torn down").Value());
-      return d.Promise();
-    }
+    if (!machine_ || torn_down_) return settled_promise(env, code::kInvalidState, "the machine was torn down");
+    auto [pending, promise] = PendingPromise::make(env);
     // From here the calls that touch guest memory, devices or vsock refuse
     // (INVALID_STATE) while the worker releases them.
     stopping_ = true;
-    (new StopWorker(env, Value(), this, machine_.get(), d))->Queue();
-    return d.Promise();
+    (new StopWorker(env, Value(), this, machine_.get(), pending))->Queue();
+    return promise;
   });
 }
 

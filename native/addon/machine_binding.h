@@ -17,6 +17,7 @@
 #include <unordered_map>
 
 #include "addon/event_bridge.h"
+#include "addon/promise.h"
 #include "vmm/machine.h"
 
 namespace torpor {
@@ -107,7 +108,7 @@ class MachineWrap : public Napi::ObjectWrap<MachineWrap> {
   std::shared_ptr<Handle> handle_;
   std::shared_ptr<EventBridge> bridge_;
   std::unique_ptr<Machine> machine_;
-  std::unordered_map<uint64_t, napi_deferred> pending_;
+  std::unordered_map<uint64_t, PendingPromise> pending_;
   uint64_t next_id_ = 1;
   Napi::ObjectReference self_;
   size_t console_ring_bytes_ = 64 * 1024;

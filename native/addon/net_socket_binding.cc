@@ -7,7 +7,7 @@
 #include "addon/addon_state_inl.h"
 #include "common/error.h"
 #include "base/fd.h"
-#include "devices/virtio/net/net_mmio.h"
+#include "devices/virtio/net/make_net.h"
 
 namespace torpor {
 

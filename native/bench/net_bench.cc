@@ -14,7 +14,9 @@
 #include <vector>
 
 #include "devices/virtio/mmio/test_driver.h"
-#include "devices/virtio/net/net_mmio.h"
+#include "devices/virtio/mmio/transport.h"
+#include "devices/virtio/net/make_net.h"
+#include "devices/virtio/net/net_device.h"
 #include "devices/virtio/net/stream_frame.h"
 
 using namespace torpor;
@@ -34,13 +36,13 @@ struct Rig {
   CountingIrq irq;
   EventLoop loop;
   MockDriverQueue rxq{ram.mem, kRxRing, kRing}, txq{ram.mem, kTxRing, kRing};
-  std::unique_ptr<NetMmioDevice> dev;
+  std::unique_ptr<VirtioMmioTransport> dev;
   int peer = -1;
   Rig() {
     loop.start();
-    dev = std::make_unique<NetMmioDevice>(ram.mem, irq, loop, kMac);
+    dev = std::make_unique<VirtioMmioTransport>(ram.mem, irq, loop, std::make_unique<VirtioNetDevice>(ram.mem, kMac));
     init_device(*dev, {&rxq, &txq});
-    Fd theirs = dev->attach_pair();
+    Fd theirs = virtio_net_attach_pair(*dev);
     peer = theirs.release();
   }
   ~Rig() {
@@ -72,7 +74,7 @@ double tx_gbps(size_t frame, double seconds) {
   auto t0 = Clock::now();
   while (std::chrono::duration<double>(Clock::now() - t0).count() < seconds) {
     {
-      std::lock_guard<std::mutex> lock(r.dev->transport().lock());
+      std::lock_guard<std::mutex> lock(r.dev->lock());
       seen = r.txq.used_idx();
       while (static_cast<uint16_t>(sent - seen) < kRing) {
         uint16_t slot = sent % kRing;
@@ -115,7 +117,7 @@ double rx_gbps(size_t frame, double seconds) {
   auto t0 = Clock::now();
   while (std::chrono::duration<double>(Clock::now() - t0).count() < seconds) {
     {
-      std::lock_guard<std::mutex> lock(r.dev->transport().lock());
+      std::lock_guard<std::mutex> lock(r.dev->lock());
       uint16_t used = r.rxq.used_idx();
       while (seen != used) {
         bytes += r.rxq.used(seen).len - kHeaderLen;

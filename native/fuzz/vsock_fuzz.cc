@@ -27,7 +27,8 @@
 
 #include "devices/virtio/mmio/test_driver.h"
 #include "devices/virtio/queue/mock.h"
-#include "devices/virtio/vsock/vsock_mmio.h"
+#include "devices/virtio/mmio/transport.h"
+#include "devices/virtio/vsock/vsock_device.h"
 #include "fuzz/reused_machine.h"
 
 using namespace torpor;
@@ -55,7 +56,8 @@ struct Harness {
   FakeRam& ram = guest_ram();
   testing::CountingIrq irq;
   EventLoop& loop = fuzz::idle_loop();
-  std::unique_ptr<VsockMmioDevice> dev;
+  std::unique_ptr<VirtioMmioTransport> dev;
+  VsockDevice* vsock = nullptr;  // inside dev
   MockDriverQueue rxq{ram.mem, 0x0000, kRing}, txq{ram.mem, 0x1000 * 8, kRing}, evq{ram.mem, 0x1000 * 16, kRing};
   std::array<uint64_t, kRing> rx_gpa{};  // by head descriptor; 0: none posted (kRxBase > 0)
   uint16_t rx_seen = 0;
@@ -64,9 +66,11 @@ struct Harness {
   uint32_t host_port = 0;
 
   Harness() {
-    dev = std::make_unique<VsockMmioDevice>(ram.mem, irq, loop, kCid);
+    auto device = std::make_unique<VsockDevice>(ram.mem, loop, kCid);
+    vsock = device.get();
+    dev = std::make_unique<VirtioMmioTransport>(ram.mem, irq, loop, std::move(device));
     // Guest REQUESTs to these are knocks: counted and reported (nothing queued per knock).
-    dev->vsock().set_knock_ports({1, 1023}, [] {});
+    vsock->set_knock_ports({1, 1023}, [] {});
     init(false);
   }
   ~Harness() {
@@ -83,7 +87,7 @@ struct Harness {
     evq.recycle();
     rx_seen = 0;
     testing::init_device(*dev, {&rxq, &txq, &evq});
-    std::lock_guard<std::mutex> lock(dev->transport().lock());
+    std::lock_guard<std::mutex> lock(dev->lock());
     for (int i = 0; i < 16; i++) post_rx_locked();
     evq.add_chain({{kEvBase, 4, true}});
   }
@@ -102,7 +106,7 @@ struct Harness {
   uint32_t drain_rx() {
     uint32_t request_port = 0;
     {
-      std::lock_guard<std::mutex> lock(dev->transport().lock());
+      std::lock_guard<std::mutex> lock(dev->lock());
       while (rx_seen != rxq.used_idx()) {
         virtio::UsedElem e = rxq.used(rx_seen++);
         if (e.id >= kRing || rx_gpa[e.id] == 0) std::abort();
@@ -121,7 +125,7 @@ struct Harness {
   }
   void send(const uint8_t* bytes, size_t len, bool split, long chain_len) {
     {
-      std::lock_guard<std::mutex> lock(dev->transport().lock());
+      std::lock_guard<std::mutex> lock(dev->lock());
       uint64_t gpa = kTxBase + (tx_slot++ % 4) * 0x20000;
       static const Header zero{};  // through mem: marked dirty, zeroed after the input
       ram.mem.write(gpa, &zero, sizeof zero);
@@ -151,7 +155,7 @@ struct Harness {
   }
   void establish() {
     auto got = std::make_shared<int>(-1);
-    dev->vsock().connect(kGuestPort, 0, [got](int f, const char*, const std::string&) { *got = f; });
+    vsock->connect(kGuestPort, 0, [got](int f, const char*, const std::string&) { *got = f; });
     loop.run_pending();
     host_port = drain_rx();
     if (!host_port) return;
@@ -216,7 +220,7 @@ void run_input(const uint8_t* data, size_t size) {
         break;
       case 7:
         if (ctl & 0x08) {
-          h.dev->vsock().transport_reset();
+          h.vsock->transport_reset();
         } else if (ctl & 0x10) {
           if (h.fd >= 0) close(h.fd);
           h.fd = -1;

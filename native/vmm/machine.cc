@@ -7,7 +7,6 @@
 
 #include <cerrno>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <map>
@@ -17,11 +16,15 @@
 
 #include "common/error.h"
 #include "devices/i8042/i8042.h"
-#include "devices/virtio/net/net_mmio.h"
+#include "devices/virtio/blk/make_blk.h"
+#include "devices/virtio/net/make_net.h"
+#include "devices/virtio/rng/make_rng.h"
+#include "devices/virtio/vsock/make_vsock.h"
 #include "devices/serial/serial_8250.h"
 #include "snapshot/disk_layers.h"
 #include "vmm/machine_snapshot.h"
 #include "vmm/reaper.h"
+#include "vmm/seccomp_test_port.h"
 #include "vmm/thread_seccomp.h"
 #include "vmm/vm_pool.h"
 #include "vmm/x86_64/boot.h"
@@ -35,8 +38,6 @@ namespace torpor {
 namespace {
 
 constexpr size_t kExitTailBytes = 4096;
-// The seccomp test hook's port (TORPOR_SECCOMP_TEST_HOOK only; nothing else lives there).
-constexpr uint16_t kSeccompTestPort = 0x5ec;
 constexpr uint64_t kMinMemoryMiB = 2;
 constexpr uint64_t kMaxMemoryMiB = 1024 * 1024;
 
@@ -189,7 +190,6 @@ Machine::Machine(const MachineConfig& cfg, Callbacks callbacks, RestorePlan* pla
   }
   loop_ = std::make_unique<EventLoop>();
   seccomp_ = seccomp_wanted();
-  seccomp_test_hook_ = std::getenv("TORPOR_SECCOMP_TEST_HOOK") != nullptr;
   if (seccomp_) watch_io_thread_violations();
   console_ = std::make_unique<Console>(cfg.console_ring_bytes, cfg.console_log, callbacks_.console_pending);
 
@@ -202,6 +202,12 @@ Machine::Machine(const MachineConfig& cfg, Callbacks callbacks, RestorePlan* pla
     end_locked(false, "reset", "the guest reset the machine (i8042)");
   });
   if (!pio_bus_.insert(I8042::kBase, I8042::kRangeLen, i8042_.get())) throw Error(code::kInternal, "i8042 range refused");
+  // Checked here, once: the port exists only for the test that asks for it.
+  if (SeccompTestPort::wanted()) {
+    seccomp_test_port_ = std::make_unique<SeccompTestPort>(*loop_);
+    if (!pio_bus_.insert(SeccompTestPort::kPort, SeccompTestPort::kRangeLen, seccomp_test_port_.get()))
+      throw Error(code::kInternal, "seccomp test port refused");
+  }
 
   // virtio-mmio devices, in the platform order: disks, vsock, rng, net.
   auto next_irq = [&]() {
@@ -310,39 +316,28 @@ Machine::~Machine() {
   drop_merge();
 }
 
-void Machine::net_attach(const std::string& socket_path) {
+VirtioMmioDevice& Machine::net_device() {
   if (released()) throw Error(code::kInvalidState, "the machine was stopped and its network device released");
-  NetMmioDevice* net = net_dev_ ? virtio_net_of(*net_dev_) : nullptr;
-  if (!net) throw Error(code::kInvalidState, "this machine has no network device (set net)");
-  net->connect_stream(socket_path);
+  if (!net_dev_) throw Error(code::kInvalidState, "this machine has no network device (set net)");
+  return *net_dev_;
 }
 
-int Machine::net_attach_pair() {
-  if (released()) throw Error(code::kInvalidState, "the machine was stopped and its network device released");
-  NetMmioDevice* net = net_dev_ ? virtio_net_of(*net_dev_) : nullptr;
-  if (!net) throw Error(code::kInvalidState, "this machine has no network device (set net)");
-  return net->attach_pair().release();
-}
+void Machine::net_attach(const std::string& socket_path) { virtio_net_connect_stream(net_device(), socket_path); }
+
+int Machine::net_attach_pair() { return virtio_net_attach_pair(net_device()).release(); }
 
 void Machine::net_set_egress_policy(EgressPolicy policy) {
-  if (released()) throw Error(code::kInvalidState, "the machine was stopped and its network device released");
-  NetMmioDevice* net = net_dev_ ? virtio_net_of(*net_dev_) : nullptr;
-  if (!net) throw Error(code::kInvalidState, "this machine has no network device (set net)");
-  net->set_egress_policy(std::move(policy));
+  virtio_net_set_egress_policy(net_device(), std::move(policy));
 }
 
 void Machine::net_attach_fd(int fd) {
   Fd owned(fd);
-  if (released()) throw Error(code::kInvalidState, "the machine was stopped and its network device released");
-  NetMmioDevice* net = net_dev_ ? virtio_net_of(*net_dev_) : nullptr;
-  if (!net) throw Error(code::kInvalidState, "this machine has no network device (set net)");
-  net->attach_stream(std::move(owned));
+  virtio_net_attach_stream(net_device(), std::move(owned));
 }
 
 std::string Machine::net_backend_error() {
   if (released() || !net_dev_) return "";
-  NetMmioDevice* net = virtio_net_of(*net_dev_);
-  return net ? net->backend_error() : "";
+  return virtio_net_backend_error(*net_dev_);
 }
 
 void Machine::add_virtio(std::unique_ptr<VirtioMmioDevice> dev, std::unique_ptr<KvmIrqLine> irq) {
@@ -469,10 +464,12 @@ ExitReason Machine::release(bool defer_kvm) {
   for (auto& v : virtio_) mmio_bus_.remove(v.base);
   pio_bus_.remove(x86::kSerialPort);
   pio_bus_.remove(I8042::kBase);
+  if (seccomp_test_port_) pio_bus_.remove(SeccompTestPort::kPort);
   // Devices first and here: a disk's overlay is closed (and flushed) before
   // stop() resolves, so the caller may reuse or delete it at once.
   virtio_.clear();  // devices (disk files, vsock sockets, timerfd), ioeventfds, irqfds
   i8042_.reset();
+  seccomp_test_port_.reset();
   serial_.reset();
   serial_irq_.reset();
   loop_.reset();  // epoll and wake fds
@@ -600,7 +597,6 @@ void Machine::note_first_exit() {
 
 void Machine::vcpu_pio(uint16_t port, uint8_t* data, size_t len, bool is_write) {
   if (first_exit_ns_.load(std::memory_order_relaxed) == 0) note_first_exit();
-  if (port == kSeccompTestPort && seccomp_test_hook_ && is_write) return seccomp_test_port(data[0]);
   if (is_write) {
     pio_bus_.write(port, data, len);
   } else if (!pio_bus_.read(port, data, len)) {
@@ -635,11 +631,6 @@ void Machine::io_thread_started() {
                std::string("the I/O thread could not install its seccomp filter: ") + e.what() +
                    " (TORPOR_SECCOMP=off runs without)");
   }
-}
-
-void Machine::seccomp_test_port(uint8_t value) {
-  if (value == 1) seccomp_make_forbidden_call();
-  if (value == 2) loop_->post([] { seccomp_make_forbidden_call(); });
 }
 
 void Machine::vcpu_mmio(uint64_t addr, uint8_t* data, size_t len, bool is_write) {

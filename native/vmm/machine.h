@@ -28,8 +28,11 @@
 
 #include "common/error.h"
 #include "devices/bus.h"
+#include "devices/virtio/blk/blk_options.h"
 #include "devices/virtio/net/egress_policy.h"
+#include "devices/virtio/net/net_options.h"
 #include "devices/virtio/virtio_mmio.h"
+#include "devices/virtio/vsock/vsock_host.h"
 #include "vmm/console.h"
 #include "base/event_loop.h"
 #include "vmm/guest_ram.h"
@@ -43,6 +46,7 @@ namespace torpor {
 
 class Serial8250;
 class I8042;
+class SeccompTestPort;
 
 struct MachineConfig {
   std::string kernel;
@@ -224,18 +228,7 @@ class Machine final : private VcpuHost {
   void net_set_egress_policy(EgressPolicy policy);
   // Why the network backend died ("" while it lives or with no device).
   std::string net_backend_error();
-  HostKind host_kind() const { return host_kind_; }
 
-  // For the snapshot code (native/snapshot): valid for the machine's life.
-  // Touch the vCPUs only while the machine is paused (every vCPU parked).
-  KvmSystem& kvm_system() { return *require(kvm_, "KVM system fd"); }
-  KvmVm& kvm_vm() { return *require(vm_, "VM"); }
-  size_t vcpu_count() const { return vcpus_.size(); }
-  KvmVcpu& kvm_vcpu(size_t i) {
-    if (i >= vcpus_.size()) throw Error(code::kInvalidArgument, "no vCPU " + std::to_string(i));
-    return vcpus_[i]->kvm();
-  }
-  EventLoop& event_loop() { return *require(loop_, "I/O loop"); }
   // Every device in platform order: serial, i8042, then the virtio devices
   // (disks, vsock, rng, net), each paired with its bus base address.
   std::vector<std::pair<uint64_t, BusDevice*>> devices();
@@ -262,6 +255,7 @@ class Machine final : private VcpuHost {
   MachineStats collect_stats() const;
 
   void add_virtio(std::unique_ptr<VirtioMmioDevice> dev, std::unique_ptr<KvmIrqLine> irq);
+  VirtioMmioDevice& net_device();  // INVALID_STATE once released or without one
   // Called once all vCPU threads are gone: stops the I/O thread, fixes the
   // final state, fires pending completions and the exit callback.
   void finish();
@@ -317,15 +311,13 @@ class Machine final : private VcpuHost {
   void note_first_exit();
   // seccomp (vmm/thread_seccomp.h): whether this machine's threads install
   // their filters, the eventfd the I/O thread's SIGSYS handler writes, and
-  // the test hook (TORPOR_SECCOMP_TEST_HOOK: a write to kSeccompTestPort
-  // makes a vCPU thread, value 1, or the I/O thread, value 2, call
-  // something forbidden).
+  // the test port (vmm/seccomp_test_port.h), on the port bus only when
+  // TORPOR_SECCOMP_TEST_HOOK asked for it.
   bool seccomp_ = false;
-  bool seccomp_test_hook_ = false;
+  std::unique_ptr<SeccompTestPort> seccomp_test_port_;
   Fd seccomp_notify_;
   void watch_io_thread_violations();
   void io_thread_started();
-  void seccomp_test_port(uint8_t value);
   // On the I/O thread, once the vCPUs of pause number `seq` are all parked.
   void quiesce_devices(uint64_t seq);
   void set_devices_quiesced(bool quiesced);

@@ -4,8 +4,10 @@
 // The transport owns the register protocol (feature negotiation, status,
 // queue setup, interrupt status, config generation) and the virtqueues; a
 // VirtioDevice owns only its device type, its feature bits, its config space
-// and what it does with buffers. Splitting it this way lets blk, rng and vsock
-// share one carefully tested register state machine.
+// and what it does with buffers. Splitting it this way lets blk, net, rng and
+// vsock share one carefully tested register state machine: every device is
+//   std::make_unique<VirtioMmioTransport>(mem, irq, loop, std::make_unique<XDevice>(...))
+// and nothing else stands between the machine and it.
 //
 // Locking: the transport has one mutex per device. Every VirtioDevice method is
 // called with it held, whichever thread the call comes from (vCPU threads for
@@ -25,6 +27,7 @@
 //                            its registers and the queues itself. After
 //                            restore() the transport calls activate() again if
 //                            the saved status had DRIVER_OK.
+//   detach()                 once, first thing in the transport's destructor
 #pragma once
 
 #include <cstddef>
@@ -142,6 +145,11 @@ class VirtioDevice {
   // has nothing to do here. Called with lock() held.
   virtual void quiesce() {}
   virtual void unquiesce() {}
+  // The transport is being destroyed (the vCPUs are stopped): a device with
+  // work of its own (socket and timer callbacks, a network backend) stops it
+  // here, while the transport, its lock and its queues still exist. Called
+  // without the lock (what it stops may be waiting for it). Idempotent.
+  virtual void detach() {}
 };
 
 }  // namespace torpor

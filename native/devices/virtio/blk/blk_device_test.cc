@@ -9,9 +9,11 @@
 #include <functional>
 
 #include "devices/virtio/blk/blk_device.h"
+#include "devices/virtio/blk/make_blk.h"
 #include "devices/virtio/blk/memory_disk.h"
 #include "devices/virtio/mmio/test_driver.h"
 #include "devices/virtio/mmio/transport.h"
+#include "devices/virtio/rng/make_rng.h"
 #include "test/check.h"
 
 using namespace torpor;

@@ -24,6 +24,8 @@ VirtioMmioTransport::VirtioMmioTransport(GuestMemory& mem, IrqLine& irq, EventLo
 }
 
 VirtioMmioTransport::~VirtioMmioTransport() {
+  // The device's own callbacks end before the queues and the lock they use.
+  device_->detach();
   // A notification posted to the I/O thread may still be queued; it finds
   // alive == false. One running right now finishes before we continue.
   std::lock_guard<std::mutex> g(guard_->mu);

@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include "base/event_loop.h"
+#include "base/guest_memory.h"
 #include "devices/virtio/queue/queue.h"
 #include "devices/virtio/virtio_device.h"
 #include "devices/virtio/virtio_mmio.h"
@@ -99,6 +101,8 @@ class VirtioMmioTransport final : public VirtioMmioDevice, public VirtioTranspor
   uint32_t status() const;
   const std::string& last_error() const { return last_error_; }
   VirtioDevice& device() { return *device_; }
+  // The loop notifications are served on (a device's owner attaches its I/O there).
+  EventLoop& loop() { return loop_; }
 
  private:
   uint32_t read_register(uint64_t offset);

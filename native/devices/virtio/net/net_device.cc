@@ -78,6 +78,27 @@ void VirtioNetDevice::unquiesce() {
   if (tx_stalled_ && transport_ && transport_->active()) process_tx();
 }
 
+void VirtioNetDevice::own_backend(std::unique_ptr<NetBackend> backend) {
+  std::unique_ptr<NetBackend> old;
+  if (!transport_) {
+    owned_backend_ = std::move(backend);
+    return;
+  }
+  std::lock_guard<std::mutex> lock(transport_->lock());
+  old = std::move(owned_backend_);  // declared first: destroyed after the lock is released
+  owned_backend_ = std::move(backend);
+}
+
+void VirtioNetDevice::drop_backend() {
+  std::unique_ptr<NetBackend> old;
+  if (!transport_) {
+    old = std::move(owned_backend_);
+    return;
+  }
+  std::lock_guard<std::mutex> lock(transport_->lock());
+  old = std::move(owned_backend_);  // declared first: destroyed after the lock is released
+}
+
 void VirtioNetDevice::set_backend(NetBackend* backend) {
   bool was_up = link_up();
   backend_ = backend;

@@ -28,12 +28,14 @@
 // dropped frame is what Ethernet allows, and TCP retransmits).
 //
 // Threads: every method runs under the transport's lock (VirtioDevice
-// contract); the backend calls receive(), end_rx_batch() and tx_ready() from
-// its event-loop callback after taking that lock.
+// contract), except own_backend(), drop_backend() and detach(), which take
+// it themselves; the backend calls receive(), end_rx_batch() and tx_ready()
+// from its event-loop callback after taking that lock.
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -82,6 +84,8 @@ class NetBackend {
   virtual void send(const uint8_t* frame, size_t len) = 0;
   // receive() refused a frame earlier and the device can take frames again.
   virtual void rx_ready() = 0;
+  // Why the backend died ("" while it lives).
+  virtual std::string error() const { return {}; }
 };
 
 struct NetStats {
@@ -118,6 +122,7 @@ class VirtioNetDevice final : public VirtioDevice {
   void restore(StateReader& in) override;
   void quiesce() override { quiesced_ = true; }
   void unquiesce() override;
+  void detach() override { drop_backend(); }
 
   // --- the backend side (transport lock held)
   // Sets (or, with nullptr, removes) the backend. The link is up while one is
@@ -134,6 +139,17 @@ class VirtioNetDevice final : public VirtioDevice {
   // The backend has room again after can_send() said no.
   void tx_ready();
 
+  // --- the owner's side (without the transport's lock: a backend's
+  // destructor takes it to detach itself)
+  // Keeps `backend` (which attached itself with set_backend) for the
+  // device's life, or until drop_backend(). Owns at most one: drop the old
+  // one before the new one attaches.
+  void own_backend(std::unique_ptr<NetBackend> backend);
+  // Destroys the backend it owns, which detaches itself (the link goes down).
+  void drop_backend();
+  // Why the owned backend died ("" while it lives or with none). Lock held.
+  std::string backend_error() const { return owned_backend_ ? owned_backend_->error() : std::string(); }
+
   const MacAddress& mac() const { return mac_; }
   bool link_up() const { return backend_ != nullptr; }
   const NetStats& stats() const { return stats_; }
@@ -147,6 +163,7 @@ class VirtioNetDevice final : public VirtioDevice {
   GuestMemory& mem_;
   VirtioTransport* transport_ = nullptr;
   NetBackend* backend_ = nullptr;
+  std::unique_ptr<NetBackend> owned_backend_;  // set and reset under the lock, destroyed outside it
   MacAddress mac_;
   bool quiesced_ = false;
   bool rx_waiting_ = false;  // receive() refused a frame; rx_ready() owed

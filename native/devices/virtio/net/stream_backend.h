@@ -62,7 +62,7 @@ class StreamBackend final : public NetBackend {
 
   // Lock held.
   bool dead() const { return dead_; }
-  const std::string& error() const { return error_; }
+  std::string error() const override { return error_; }
   const StreamBackendStats& stats() const { return stats_; }
 
  private:

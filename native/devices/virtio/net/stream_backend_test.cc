@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "devices/virtio/mmio/test_driver.h"
-#include "devices/virtio/net/net_mmio.h"
+#include "devices/virtio/net/make_net.h"
 #include "devices/virtio/net/stream_frame.h"
 #include "test/check.h"
 
@@ -79,18 +79,21 @@ struct Rig {
   CountingIrq irq;
   EventLoop loop;
   MockDriverQueue rxq{ram.mem, kRxRing, 64}, txq{ram.mem, kTxRing, 64};
-  std::unique_ptr<NetMmioDevice> dev;
+  std::unique_ptr<VirtioMmioTransport> dev;
+  VirtioNetDevice* net = nullptr;  // inside dev
   int peer = -1;  // passt's end
   uint64_t next_buf = kBufs;
 
   Rig() {
     loop.start();
-    dev = std::make_unique<NetMmioDevice>(ram.mem, irq, loop, kMac);
+    auto device = std::make_unique<VirtioNetDevice>(ram.mem, kMac);
+    net = device.get();
+    dev = std::make_unique<VirtioMmioTransport>(ram.mem, irq, loop, std::move(device));
     CHECK(init_device(*dev, {&rxq, &txq}) & virtio::kStatusDriverOk);
     int sv[2];
     CHECK(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
     peer = sv[1];
-    dev->attach_stream(Fd(sv[0]));
+    virtio_net_attach_stream(*dev, Fd(sv[0]));
   }
   ~Rig() {
     dev.reset();
@@ -101,7 +104,7 @@ struct Rig {
     uint64_t at = next_buf;
     next_buf += 4096;
     {
-      std::lock_guard<std::mutex> lock(dev->transport().lock());
+      std::lock_guard<std::mutex> lock(dev->lock());
       rxq.add_chain({{at, len, true}});
     }
     dev->notify(0);
@@ -113,18 +116,18 @@ struct Rig {
     std::memset(ram.at(at), 0, kHeaderLen);
     std::memcpy(ram.at(at + kHeaderLen), f.data(), f.size());
     {
-      std::lock_guard<std::mutex> lock(dev->transport().lock());
+      std::lock_guard<std::mutex> lock(dev->lock());
       txq.add_chain({{at, static_cast<uint32_t>(kHeaderLen + f.size()), false}});
     }
     dev->notify(1);
   }
   uint16_t rx_used() {
-    std::lock_guard<std::mutex> lock(dev->transport().lock());
+    std::lock_guard<std::mutex> lock(dev->lock());
     return rxq.used_idx();
   }
   bool link_up() {
-    std::lock_guard<std::mutex> lock(dev->transport().lock());
-    return dev->net().link_up();
+    std::lock_guard<std::mutex> lock(dev->lock());
+    return net->link_up();
   }
 };
 
@@ -194,8 +197,8 @@ TEST("net stream: a peer that stops reading stalls tx at a bounded buffer, then 
   }
   uint64_t stalls;
   {
-    std::lock_guard<std::mutex> lock(r.dev->transport().lock());
-    stalls = r.dev->net().stats().tx_stalls;
+    std::lock_guard<std::mutex> lock(r.dev->lock());
+    stalls = r.net->stats().tx_stalls;
   }
   CHECK(stalls >= 1);
   for (int i = 0; i < kFrames; i++) {
@@ -203,7 +206,7 @@ TEST("net stream: a peer that stops reading stalls tx at a bounded buffer, then 
     CHECK(got == framed(frame_of(16000, static_cast<uint8_t>(i))));
   }
   CHECK(eventually([&] {
-    std::lock_guard<std::mutex> lock(r.dev->transport().lock());
+    std::lock_guard<std::mutex> lock(r.dev->lock());
     return r.txq.used_idx() == kFrames;
   }));
 }
@@ -220,7 +223,7 @@ TEST("net stream: a peer's reads always end on a frame boundary, also while a ba
     for (int i = 0; i < kFrames; i++) {
       // Never more chains in flight than the 64-entry ring holds.
       eventually([&] {
-        std::lock_guard<std::mutex> lock(r.dev->transport().lock());
+        std::lock_guard<std::mutex> lock(r.dev->lock());
         return static_cast<uint16_t>(i - r.txq.used_idx()) < 48;
       }, 20000);
       r.transmit(frame_of(1514, static_cast<uint8_t>(i)));
@@ -255,10 +258,10 @@ TEST("net stream: a peer that closes or sends a bad length takes the link down, 
     ::close(r.peer);
     r.peer = -1;
     CHECK(eventually([&] { return !r.link_up(); }));
-    CHECK(r.dev->backend_error().find("closed") != std::string::npos);
+    CHECK(virtio_net_backend_error(*r.dev).find("closed") != std::string::npos);
     r.transmit(frame_of(60, 0));  // dropped, not stuck
     CHECK(eventually([&] {
-      std::lock_guard<std::mutex> lock(r.dev->transport().lock());
+      std::lock_guard<std::mutex> lock(r.dev->lock());
       return r.txq.used_idx() == 1;
     }));
   }
@@ -267,7 +270,7 @@ TEST("net stream: a peer that closes or sends a bad length takes the link down, 
     r.post_rx();
     write_all(r.peer, {0x7f, 0, 0, 0, 1, 2, 3});
     CHECK(eventually([&] { return !r.link_up(); }));
-    CHECK(r.dev->backend_error().find("length") != std::string::npos);
+    CHECK(virtio_net_backend_error(*r.dev).find("length") != std::string::npos);
     CHECK_EQ(r.rx_used(), uint16_t{0});
   }
 }
@@ -279,7 +282,7 @@ TEST("net stream: a new backend replaces a dead one; the link comes back") {
   int sv[2];
   CHECK(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
   r.peer = sv[1];
-  r.dev->attach_stream(Fd(sv[0]));
+  virtio_net_attach_stream(*r.dev, Fd(sv[0]));
   CHECK(r.link_up());
   auto f = frame_of(80, 7);
   r.transmit(f);

@@ -39,14 +39,15 @@
 #include <string>
 #include <vector>
 
+#include "base/event_loop.h"
+#include "base/guest_memory.h"
 #include "devices/virtio/queue/queue.h"
 #include "devices/virtio/virtio_device.h"
-#include "devices/virtio/virtio_mmio.h"
 #include "devices/virtio/vsock/connection.h"
 #include "devices/virtio/vsock/packet.h"
+#include "devices/virtio/vsock/vsock_host.h"
 
 namespace torpor {
-
 
 class VsockDevice final : public VirtioDevice, public VsockHost {
  public:
@@ -67,11 +68,6 @@ class VsockDevice final : public VirtioDevice, public VsockHost {
 
   VsockDevice(GuestMemory& mem, EventLoop& loop, uint64_t guest_cid);
   ~VsockDevice() override;
-
-  // Stops every callback and closes every descriptor; must run before the
-  // transport is destroyed (VsockMmioDevice's destructor does it), with the
-  // vCPUs stopped. Pending connects complete with VSOCK_REFUSED. Idempotent.
-  void detach();
 
   // VirtioDevice
   const char* name() const override { return "vsock"; }
@@ -95,6 +91,10 @@ class VsockDevice final : public VirtioDevice, public VsockHost {
   // sockets' kernel buffers and arrives, in order, after unquiesce().
   void quiesce() override;
   void unquiesce() override;
+  // Stops every callback and closes every descriptor (the transport's
+  // destructor calls it, with the vCPUs stopped). Pending connects complete
+  // with VSOCK_REFUSED. Idempotent.
+  void detach() override;
 
   // VsockHost (any thread). done(fd, nullptr, "") on success.
   void connect(uint32_t port, uint32_t timeout_ms,

@@ -18,8 +18,8 @@
 #include <thread>
 #include <vector>
 
+#include "devices/virtio/mmio/transport.h"
 #include "devices/virtio/queue/mock.h"
-#include "devices/virtio/vsock/vsock_mmio.h"
 #include "test/check.h"
 
 using namespace torpor;
@@ -67,8 +67,9 @@ class Guest {
  public:
   explicit Guest(bool event_idx = true, int event_buffers = 2) {
     loop.start();
-    dev = std::make_unique<VsockMmioDevice>(ram.mem, irq, loop, kCid);
-    host = &dev->vsock();
+    auto device = std::make_unique<VsockDevice>(ram.mem, loop, kCid);
+    host = device.get();
+    dev = std::make_unique<VirtioMmioTransport>(ram.mem, irq, loop, std::move(device));
     reg(mmio::kStatus, 1 | 2);
     reg(mmio::kDriverFeaturesSel, 1);
     reg(mmio::kDriverFeatures, 1);  // VERSION_1
@@ -85,7 +86,7 @@ class Guest {
       reg(mmio::kQueueReady, 1);
     }
     {
-      std::lock_guard<std::mutex> lock(dev->transport().lock());
+      std::lock_guard<std::mutex> lock(dev->lock());
       for (int i = 0; i < 32; i++) post_rx_locked();
       for (int i = 0; i < event_buffers; i++) post_event_locked();
     }
@@ -97,7 +98,7 @@ class Guest {
   }
 
   void reg(uint64_t off, uint32_t v) { dev->write(off, reinterpret_cast<const uint8_t*>(&v), 4); }
-  uint32_t status() { return dev->transport().status(); }
+  uint32_t status() { return dev->status(); }
 
   void post_rx_locked() {
     uint64_t gpa = kRxBase + (rx_slot++ % 64) * kRxBuf;
@@ -110,17 +111,17 @@ class Guest {
   }
   void post_event() {
     {
-      std::lock_guard<std::mutex> lock(dev->transport().lock());
+      std::lock_guard<std::mutex> lock(dev->lock());
       post_event_locked();
     }
     dev->notify(VsockDevice::kEventQueue);
   }
   uint16_t events_used() {
-    std::lock_guard<std::mutex> lock(dev->transport().lock());
+    std::lock_guard<std::mutex> lock(dev->lock());
     return evq.used_idx();
   }
   uint32_t event_id(uint16_t slot) {
-    std::lock_guard<std::mutex> lock(dev->transport().lock());
+    std::lock_guard<std::mutex> lock(dev->lock());
     virtio::UsedElem e = evq.used(slot);
     uint32_t id;
     std::memcpy(&id, ram.at(kEvBase + (slot % 8) * 64), 4);
@@ -131,7 +132,7 @@ class Guest {
   void collect() {
     bool reposted = false;
     {
-      std::lock_guard<std::mutex> lock(dev->transport().lock());
+      std::lock_guard<std::mutex> lock(dev->lock());
       while (rx_seen != rxq.used_idx()) {
         virtio::UsedElem e = rxq.used(rx_seen++);
         uint64_t gpa = rx_gpa.at(static_cast<uint16_t>(e.id));
@@ -186,7 +187,7 @@ class Guest {
   // Linux does; `chain_len` < 0: the real size) and kicks.
   void send(const Header& h, const std::string& payload = "", long chain_len = -1) {
     {
-      std::lock_guard<std::mutex> lock(dev->transport().lock());
+      std::lock_guard<std::mutex> lock(dev->lock());
       uint64_t gpa = kTxBase + (tx_slot++ % 8) * 0x20000;
       std::memcpy(ram.at(gpa), &h, sizeof h);
       std::memcpy(ram.at(gpa + 0x1000), payload.data(), payload.size());
@@ -231,8 +232,8 @@ class Guest {
   FakeRam ram{4 << 20};
   CountingIrq irq;
   EventLoop loop;
-  std::unique_ptr<VsockMmioDevice> dev;
-  VsockDevice* host = nullptr;
+  std::unique_ptr<VirtioMmioTransport> dev;
+  VsockDevice* host = nullptr;  // inside dev
   MockDriverQueue rxq{ram.mem, 0x0000, kRing}, txq{ram.mem, 0x8000, kRing}, evq{ram.mem, 0x10000, kRing};
   std::map<uint16_t, uint64_t> rx_gpa;
   uint16_t rx_seen = 0;
@@ -321,7 +322,7 @@ TEST("vsock device: connect, then data both ways") {
   Header h = g.hdr(kOpRw, 5000, hp, 3);
   std::string one(reinterpret_cast<const char*>(&h), sizeof h);
   {
-    std::lock_guard<std::mutex> lock(g.dev->transport().lock());
+    std::lock_guard<std::mutex> lock(g.dev->lock());
     std::memcpy(g.ram.at(kTxBase + 0x1f0000), one.data(), one.size());
     std::memcpy(g.ram.at(kTxBase + 0x1f0000 + sizeof h), "abc", 3);
     g.txq.add_chain({{kTxBase + 0x1f0000, static_cast<uint32_t>(sizeof h + 3), false}});
@@ -666,9 +667,11 @@ TEST("vsock device: a REQUEST made before the driver is up survives its probe re
   EventLoop loop;
   loop.start();
   {
-    VsockMmioDevice dev(ram.mem, irq, loop, kCid);
+    auto device = std::make_unique<VsockDevice>(ram.mem, loop, kCid);
+    VsockDevice& vsock = *device;
+    VirtioMmioTransport dev(ram.mem, irq, loop, std::move(device));
     auto r = std::make_shared<ConnectResult>();
-    dev.vsock().connect(9000, 2000, [r](int fd, const char* code, const std::string&) {
+    vsock.connect(9000, 2000, [r](int fd, const char* code, const std::string&) {
       std::lock_guard<std::mutex> lock(r->m);
       r->fd = fd;
       r->code = code ? code : "";
@@ -679,7 +682,7 @@ TEST("vsock device: a REQUEST made before the driver is up survives its probe re
     uint32_t zero = 0;
     dev.write(mmio::kStatus, reinterpret_cast<uint8_t*>(&zero), 4);  // the driver's first move
     CHECK(!r->wait(20));
-    CHECK_EQ(dev.vsock().stats().live, uint64_t{1});
+    CHECK_EQ(vsock.stats().live, uint64_t{1});
   }  // destroyed with the request pending: done(-1) is posted, nothing leaks
   loop.stop();
 }

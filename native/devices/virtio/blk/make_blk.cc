@@ -1,6 +1,7 @@
-// make_virtio_blk / make_virtio_rng (declared in virtio_mmio.h): build the
-// device, wrap it in the virtio-mmio transport. make_virtio_vsock lives with
-// the vsock device.
+// make_virtio_blk (blk/make_blk.h), and the calls that reach the disk behind
+// its transport (virtio_blk_*, blk_device.h).
+#include "devices/virtio/blk/make_blk.h"
+
 #include <cerrno>
 #include <memory>
 #include <mutex>
@@ -10,8 +11,6 @@
 #include "devices/virtio/blk/overlay_disk.h"
 #include "devices/virtio/blk/raw_image.h"
 #include "devices/virtio/mmio/transport.h"
-#include "devices/virtio/rng/rng_device.h"
-#include "devices/virtio/virtio_mmio.h"
 
 namespace torpor {
 
@@ -96,10 +95,6 @@ int virtio_blk_flush(VirtioMmioDevice& dev) {
   auto& transport = static_cast<VirtioMmioTransport&>(dev);
   std::lock_guard<std::mutex> lock(transport.lock());
   return blk->disk().flush();
-}
-
-std::unique_ptr<VirtioMmioDevice> make_virtio_rng(GuestMemory& mem, IrqLine& irq, EventLoop& loop) {
-  return std::make_unique<VirtioMmioTransport>(mem, irq, loop, std::make_unique<VirtioRngDevice>(mem));
 }
 
 }  // namespace torpor
