@@ -2,6 +2,13 @@
 // The native addon creates its errors through createError() (handed to it at
 // load time), so errors thrown in C++ arrive as these same classes.
 
+/**
+ * The stable code every {@link TorporError} carries in `code`: branch on it, not on the message.
+ * The first group has a subclass each (KVM_UNAVAILABLE: {@link KvmUnavailableError}, and so on);
+ * IMAGE_* , REGISTRY_* and BLOB_CORRUPT name a container image, its registry or a blob; the rest
+ * come from the native core, the guest agent (file and process errors: PERMISSION_DENIED,
+ * FILE_EXISTS, NOT_A_DIRECTORY, ...) and the setup tooling, and arrive as a plain TorporError.
+ */
 export type ErrorCode =
   | 'KVM_UNAVAILABLE'
   | 'TEMPLATE_NOT_FOUND'
@@ -52,16 +59,25 @@ export type ErrorCode =
   | 'ADDON_LOAD_FAILED'
   | 'INTERNAL';
 
+/** What a {@link TorporError} may carry besides its code and message. */
 export interface TorporErrorOptions {
+  /** The OS error number behind the failure (a host syscall's, or the guest's for a file or process request). */
   errno?: number;
+  /** The underlying error, kept as the standard `Error.cause`. */
   cause?: unknown;
 }
 
 /** E2B's name for the base class of its errors: code written against E2B's `SandboxError` catches torpor's. */
 export { TorporError as SandboxError };
 
+/**
+ * The base of every error torpor throws: `instanceof TorporError` catches them all, and `code`
+ * ({@link ErrorCode}) says what failed. `name` is the subclass's name.
+ */
 export class TorporError extends Error {
+  /** What failed, stable across releases. */
   readonly code: ErrorCode;
+  /** The OS error number behind it, when there is one. */
   readonly errno?: number;
 
   constructor(code: ErrorCode, message: string, options: TorporErrorOptions = {}) {
@@ -72,68 +88,82 @@ export class TorporError extends Error {
   }
 }
 
+/** KVM_UNAVAILABLE: /dev/kvm is missing, not accessible to this user, or lacks a capability torpor needs (the message says which). */
 export class KvmUnavailableError extends TorporError {
   constructor(message: string, options?: TorporErrorOptions) {
     super('KVM_UNAVAILABLE', message, options);
   }
 }
+/** INVALID_ARGUMENT: an option or argument was refused before anything ran (the message names it and what is allowed). */
 export class InvalidArgumentError extends TorporError {
   constructor(message: string, options?: TorporErrorOptions) {
     super('INVALID_ARGUMENT', message, options);
   }
 }
+/** TIMEOUT: an operation ran past its deadline (a command's `timeoutMs`, a request's `requestTimeoutMs`, a boot or restore). */
 export class TimeoutError extends TorporError {
   constructor(message: string, options?: TorporErrorOptions) {
     super('TIMEOUT', message, options);
   }
 }
-/** Something named does not exist: a file, a sandbox or a template (E2B's `NotFoundError`;
+/** FILE_NOT_FOUND, SANDBOX_NOT_FOUND or TEMPLATE_NOT_FOUND: something named does not exist: a file, a sandbox or a template (E2B's `NotFoundError`;
  *  `code` says which). */
 export class NotFoundError extends TorporError {}
+/** FILE_NOT_FOUND: a path in the guest (or a host file torpor was given) does not exist. */
 export class FileNotFoundError extends NotFoundError {
   constructor(message: string, options?: TorporErrorOptions) {
     super('FILE_NOT_FOUND', message, options);
   }
 }
+/** SANDBOX_NOT_FOUND: no sandbox with that id on this host (never created, or killed). */
 export class SandboxNotFoundError extends NotFoundError {
   constructor(message: string, options?: TorporErrorOptions) {
     super('SANDBOX_NOT_FOUND', message, options);
   }
 }
+/** TEMPLATE_NOT_FOUND: no template of that name (built-in or built with {@link Template.build}). */
 export class TemplateNotFoundError extends NotFoundError {
   constructor(message: string, options?: TorporErrorOptions) {
     super('TEMPLATE_NOT_FOUND', message, options);
   }
 }
-/** Another live process runs the sandbox (`ownerPid`, when known): pause it there, or end that process. */
+/** SANDBOX_BUSY: another live process runs the sandbox (`ownerPid`, when known): pause it there, or end that process. */
 export class SandboxBusyError extends TorporError {
+  /** The process that runs the sandbox, or null when it is not known. */
   readonly ownerPid: number | null;
   constructor(message: string, options: TorporErrorOptions & { ownerPid?: number | null } = {}) {
     super('SANDBOX_BUSY', message, options);
     this.ownerPid = options.ownerPid ?? null;
   }
 }
+/** OUTPUT_LOST: a command's output asked for from an offset older than the oldest byte the guest still keeps. */
 export class OutputLostError extends TorporError {
   constructor(message: string, options?: TorporErrorOptions) {
     super('OUTPUT_LOST', message, options);
   }
 }
+/** GUEST_UNRESPONSIVE: the guest agent did not answer in time (after a boot, a restore or a reconnect). */
 export class GuestUnresponsiveError extends TorporError {
   constructor(message: string, options?: TorporErrorOptions) {
     super('GUEST_UNRESPONSIVE', message, options);
   }
 }
+/** OUT_OF_SPACE: a disk is full: the guest's filesystem, or the host's where torpor writes a snapshot or an image. */
 export class NotEnoughSpaceError extends TorporError {
   constructor(message: string, options?: TorporErrorOptions) {
     super('OUT_OF_SPACE', message, options);
   }
 }
 
-/** A command exited with a non-zero status (thrown unless the caller opted out). */
+/** COMMAND_EXIT: a command exited with a non-zero status (thrown unless the caller passed `throwOnError: false`). */
 export class CommandExitError extends TorporError {
+  /** The exit status; 128 + the signal number when a signal ended it. */
   readonly exitCode: number;
+  /** Everything the command wrote to stdout. */
   readonly stdout: string;
+  /** Everything the command wrote to stderr. */
   readonly stderr: string;
+  /** The signal that ended it ('SIGKILL', ...), when one did. */
   readonly signal?: string;
   /** E2B's words for the failure: 'exit status 3', or 'signal: killed' for a signal death (where
    *  exitCode is 128 + the signal number, as a shell reports it; E2B says -1). */
@@ -152,13 +182,16 @@ export class CommandExitError extends TorporError {
   }
 }
 
-/** A command's stdout or stderr outgrew `maxBuffer`: the process was killed and the output kept
+/** OUTPUT_LIMIT: a command's stdout or stderr outgrew `maxBuffer`: the process was killed and the output kept
  *  up to the limit is attached (`stdout`, `stderr`), as CommandExitError carries it. */
 export class OutputLimitError extends TorporError {
+  /** The stdout kept, up to the limit. */
   readonly stdout: string;
+  /** The stderr kept, up to the limit. */
   readonly stderr: string;
   /** The stream that outgrew the limit (unset when built from a bare code). */
   readonly stream?: 'stdout' | 'stderr';
+  /** The limit, in bytes, that was outgrown. */
   readonly maxBuffer?: number;
 
   constructor(

@@ -3,13 +3,16 @@
 // TypeScript never saw these types.)
 // lib/native.ts loads it; everything else in lib/ wraps it in idiomatic classes.
 
+/** What KVM this host has: 'hardware' (VMX/SVM) or 'pvm' (the PVM module, which runs guests inside a cloud VM without nested virtualization; a Linux guest needs a PVM-enabled kernel there). */
 export type HostKind = 'hardware' | 'pvm';
 
+/** What {@link probeHost} found out about the KVM device. */
 export interface HostProbe {
   /** Path of the KVM device that was opened. */
   device: string;
   /** KVM_GET_API_VERSION (12 on every current kernel). */
   apiVersion: number;
+  /** Hardware virtualization or PVM. */
   hostKind: HostKind;
   /** CPU vendor string from CPUID leaf 0 of the host. */
   cpuVendor: string;
@@ -59,8 +62,10 @@ export interface NativeMachineConfig {
   kvmDevice?: string;
 }
 
+/** A machine's state: 'created' (built, not started), 'running', 'pausing', 'paused', 'stopped' (stop(), or the guest powered off or reset), 'failed' (a panic, a fault, or the VMM failed: the exit reason says). */
 export type NativeMachineState = 'created' | 'running' | 'pausing' | 'paused' | 'stopped' | 'failed';
 
+/** Why a machine ended. */
 export interface NativeExitReason {
   /** 'reset' (the guest reset the machine through the i8042), 'poweroff' and 'panic' (KVM system
    *  events), 'stop' (the host stopped it), 'triple-fault', 'internal-error' (KVM or the VMM failed),
@@ -68,6 +73,7 @@ export interface NativeExitReason {
    *  seccomp allow-list, docs/seccomp.md: that machine fails, the process goes on). 'hlt' only where KVM hands HLT to us, i.e. never with our in-kernel irqchip: a
    *  guest halted for good with interrupts off stays halted inside KVM until stop(). */
   kind: string;
+  /** The same, in words, with the detail there is (a panic's line, a KVM error). */
   message: string;
   /** The last console output (up to 4 KiB) at the moment the machine ended. */
   consoleTail: string;
@@ -79,10 +85,15 @@ export type NativeMachineEvent =
   /** The guest knocked on a knock port; `count`: knocks on it so far (several knocks may share one event). */
   | { type: 'vsockKnock'; port: number; count: number };
 
+/** A machine's counters (Machine.stats()): diagnostics and benchmarks. */
 export interface NativeMachineStats {
+  /** VM exits handled in user space so far, all kinds. */
   exits: number;
+  /** Of those, port I/O exits. */
   pioExits: number;
+  /** Of those, MMIO exits. */
   mmioExits: number;
+  /** Of those, HLT exits (none with the in-kernel irqchip). */
   haltExits: number;
   /** Nanoseconds from construction to the first KVM_RUN entering the guest. */
   createToFirstRunNs: number;
@@ -96,20 +107,28 @@ export interface NativeMachineStats {
   vsock?: NativeVsockStats;
 }
 
+/** The virtio-vsock device's counters. */
 export interface NativeVsockStats {
+  /** Packets sent to the guest. */
   txPackets: number;
+  /** Packets received from the guest. */
   rxPackets: number;
+  /** Packets dropped (malformed, or for no connection); `lastDrop` says why the last one was. */
   dropped: number;
+  /** Resets sent to the guest (connections refused or torn down). */
   rstSent: number;
   /** Connections established, and those in the table now. */
   connections: number;
+  /** Connections in the table now. */
   live: number;
   /** Transport-reset events delivered (one per restore). */
   events: number;
+  /** Knocks the guest made on the knock ports. */
   knocks: number;
   /** Host connection requests held after a transport reset until the guest re-posted its event buffer
    *  (native/devices/virtio/vsock/README.md). */
   heldRequests: number;
+  /** Why the last packet was dropped ('' : none was). */
   lastDrop: string;
 }
 
@@ -125,6 +144,7 @@ export interface NativeGenerationLayout {
 
 /** What a capture wrote (Machine.snapshot). */
 export interface NativeSnapshotResult {
+  /** The generation's number (1, 2, ... in its snapshot directory). */
   generation: number;
   /** Bytes written: memory layer, state file, manifest. */
   bytes: number;
@@ -141,7 +161,9 @@ export interface NativeSnapshotResult {
   /** The generation's state file, memory layer and manifest.json, relative to the snapshot
    *  directory (the addon names them: native/snapshot/generation_layout.h). */
   stateFile: string;
+  /** The generation's memory layer, relative to the snapshot directory. */
   memoryLayer: string;
+  /** The generation's manifest.json, relative to the snapshot directory. */
   manifest: string;
   /** The memory chain this generation restores from, bottom first (its own layer last):
    *  relative to the snapshot directory, or absolute (another directory's layers). */

@@ -12,6 +12,7 @@ import type { Frame } from './frame.js';
 import { Feature } from './protocol.js';
 import { RequestStream, requestName, type StreamHandler, type StreamHost } from './stream.js';
 
+/** Opens a new transport to the agent (a vsock or Unix socket); a client that reconnects calls it again. */
 export type Dial = () => Promise<Duplex>;
 
 export interface RequestOptions {
@@ -21,13 +22,21 @@ export interface RequestOptions {
   requestId?: bigint;
 }
 
+/** How {@link AgentClient.connect} sets up a session. */
 export interface AgentClientOptions {
   /** Sent in HELLO. */
   name?: string;
   /** How long to wait for the agent's HELLO (default 10 s). */
   helloTimeoutMs?: number;
   /** Dial again after an unexpected close and re-ask in-flight requests (needs a Dial). */
-  reconnect?: boolean | { attempts?: number; delayMs?: number };
+  reconnect?:
+    | boolean
+    | {
+        /** How many dials to try before giving up (the client is closed then). */
+        attempts?: number;
+        /** The wait between two dials, ms. */
+        delayMs?: number;
+      };
 }
 
 /** What the owner of a client watches of its requests (a Sandbox: its state, its idle timer). */
@@ -42,6 +51,12 @@ const CLIENT_NAME = 'torpor-js/0.1.0';
 /** How long a re-asked request whose work is still running waits before asking again. */
 const PENDING_RETRY_MS = 20;
 
+/**
+ * A session with a torpor guest agent over one transport (docs/protocol.md): HELLO, then
+ * requests multiplexed as streams. A Sandbox holds one; {@link connectHostAgent} makes one to an
+ * agent run on the host (tests, benchmarks). Requests fail with the agent's error codes;
+ * CONNECTION_CLOSED once the client is closed.
+ */
 export class AgentClient {
   private conn: Connection | null = null;
   private readonly streams = new Map<number, RequestStream>();
@@ -74,6 +89,7 @@ export class AgentClient {
     return client;
   }
 
+  /** What the agent announced in HELLO: protocol version, features, name, clock. */
   get hello(): AgentHello {
     return this.helloInfo;
   }
@@ -90,6 +106,7 @@ export class AgentClient {
     }
   }
 
+  /** Whether the client is closed for good (closed by the caller, or its transport gone and no reconnect under way). */
   get closed(): boolean {
     return this.closedByUser || (this.conn === null && this.reconnecting === null);
   }

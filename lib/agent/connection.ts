@@ -9,7 +9,9 @@ import { Fields, FieldWriter, ProtocolError } from './fields.js';
 import { encodeFrame, FrameDecoder, type Frame } from './frame.js';
 import { CLIENT_FEATURES, FLAG_END, FrameType, PROTOCOL_VERSION } from './protocol.js';
 
+/** What an agent announces in HELLO. */
 export interface AgentHello {
+  /** The protocol version the agent speaks. */
   version: number;
   /** Features both sides announced. */
   features: bigint;

@@ -35,7 +35,13 @@ export function dialUnix(socketPath: string): Promise<Socket> {
   });
 }
 
-/** An AgentClient over a Unix socket; it redials the same path when `reconnect` is set. */
+/**
+ * An AgentClient over a Unix socket; it redials the same path when `reconnect` is set.
+ *
+ * @param socketPath - The agent's socket.
+ * @param opts - The client's options.
+ * @throws {@link TorporError} CONNECTION_CLOSED when the socket cannot be reached; GUEST_UNRESPONSIVE when the agent does not answer HELLO.
+ */
 export function connectHostAgent(socketPath: string, opts: AgentClientOptions = {}): Promise<AgentClient> {
   return AgentClient.connect(() => dialUnix(socketPath), opts);
 }
@@ -47,14 +53,21 @@ export function plainAgentEnv(): NodeJS.ProcessEnv {
   return { PATH: process.env.PATH ?? '/usr/local/bin:/usr/bin:/bin', HOME: tmpdir(), LANG: 'C.UTF-8' };
 }
 
+/** An agent running as a plain process on the host, as {@link startHostAgent} starts it. */
 export interface HostAgent {
+  /** The Unix socket it listens on. */
   socketPath: string;
   /** The agent's process id on the host. */
   pid: number;
   /** A new client session (its own connection). */
   client(opts?: AgentClientOptions): Promise<AgentClient>;
   /** The agent's last stderr output and, once it ended, its exit status (diagnostics). */
-  diagnostics(): { stderr: string; exit: number | string | null };
+  diagnostics(): {
+    /** Its last stderr output. */
+    stderr: string;
+    /** Its exit status, or the signal that ended it; null while it runs. */
+    exit: number | string | null;
+  };
   /** SIGTERM, wait for exit, remove the temporary directory. */
   stop(): Promise<void>;
 }

@@ -6,7 +6,14 @@ import type { HostProbe } from '../native-types.js';
 
 export type { HostProbe, HostKind } from '../native-types.js';
 
-/** Probes the KVM device (default /dev/kvm). Throws KVM_UNAVAILABLE with the reason. */
+/**
+ * Probes the KVM device: its API version, capabilities, and whether this host is a hardware or
+ * a PVM one.
+ *
+ * @param devicePath - The KVM device (default /dev/kvm).
+ * @throws {@link KvmUnavailableError} (KVM_UNAVAILABLE) with the reason when it cannot be opened or lacks what torpor needs.
+ * @throws {@link TorporError} ADDON_LOAD_FAILED when the native addon cannot be loaded.
+ */
 export function probeHost(devicePath?: string): HostProbe {
   return loadNative().probe(devicePath);
 }
@@ -26,7 +33,11 @@ const KIND_TEXT: Record<string, string> = {
   pvm: 'PVM (KVM without hardware virtualization): only a guest kernel built for this host\'s PVM runs at speed (set TORPOR_KERNEL); the test guest runs everywhere',
 };
 
-/** A human-readable report of a probe (or of why it failed). */
+/**
+ * A human-readable report of a probe (or of why it failed), as `torpor doctor` prints it.
+ *
+ * @param result - What probeHost returned, or the error it threw.
+ */
 export function formatProbe(result: HostProbe | TorporError): string {
   if (result instanceof TorporError) {
     return [`KVM: unavailable (${result.code})`, `  ${result.message}`].join('\n');

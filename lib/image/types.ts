@@ -15,14 +15,19 @@ export interface ImageLayer {
 
 /** The part of an OCI/docker image config that torpor applies or records. */
 export interface ImageConfig {
+  /** The CPU architecture the image is for ('amd64'). */
   architecture: string;
+  /** The OS the image is for ('linux'). */
   os: string;
   /** 'KEY=value' entries, in order. */
   env: string[];
+  /** The image's WorkingDir ('' when it sets none). */
   workingDir: string;
   /** '' (root), 'name', 'uid', 'name:group' or 'uid:gid', as the image says. */
   user: string;
+  /** The image's Entrypoint (recorded, never run by torpor). */
   entrypoint: string[];
+  /** The image's Cmd (recorded, never run by torpor). */
   cmd: string[];
 }
 
@@ -38,8 +43,39 @@ export interface PulledImage {
   layers: ImageLayer[];
 }
 
+/** Progress of an image's fetch and unpack, as {@link TemplateBuildOpts.onProgress} reports it. */
 export type ImageProgress =
-  | { phase: 'resolve'; message: string }
-  | { phase: 'download'; digest: string; bytes: number; total: number; cached: boolean }
-  | { phase: 'unpack'; message: string; bytes?: number; total?: number }
-  | { phase: 'ext4'; message: string };
+  | {
+      /** Resolving the reference to a manifest (registry, OCI layout or docker archive). */
+      phase: 'resolve';
+      /** What is being resolved, in words. */
+      message: string;
+    }
+  | {
+      /** Downloading (or finding in the store) one layer blob. */
+      phase: 'download';
+      /** The blob's 'sha256:...' digest. */
+      digest: string;
+      /** Bytes of the blob so far. */
+      bytes: number;
+      /** The blob's size in bytes. */
+      total: number;
+      /** true: the blob was already in the store, nothing was downloaded. */
+      cached: boolean;
+    }
+  | {
+      /** Unpacking the layers into one root filesystem tree. */
+      phase: 'unpack';
+      /** What is being unpacked, in words. */
+      message: string;
+      /** Bytes unpacked so far, when known. */
+      bytes?: number;
+      /** Bytes to unpack, when known. */
+      total?: number;
+    }
+  | {
+      /** Making the ext4 root filesystem from the tree (the agent injected). */
+      phase: 'ext4';
+      /** What is being done, in words. */
+      message: string;
+    };

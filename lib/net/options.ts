@@ -7,6 +7,7 @@ import { createHash } from 'node:crypto';
 
 import { checkBool, checkKnownKeys, checkObject, fail } from '../validate.js';
 
+/** A sandbox's network, as {@link SandboxOpts.network} takes it (docs/network.md). Every field is optional. */
 export interface NetworkOptions {
   /**
    * Whether the guest may open connections to the outside world (default true). Off: only the

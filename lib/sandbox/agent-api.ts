@@ -5,13 +5,24 @@ import { Commands, type CommandDefaults, type CommandHooks } from './commands.js
 import { Files } from './files.js';
 import { Pty } from './pty.js';
 
+/** The agent's API as a sandbox offers it: what {@link createAgentApi} builds over any agent client. */
 export interface AgentApi {
+  /** Runs processes. */
   commands: Commands;
+  /** The filesystem. */
   files: Files;
+  /** Terminals. */
   pty: Pty;
 }
 
-/** `client` is a function so the owner may swap the client (e.g. after a resume) underneath. */
+/**
+ * The commands / files / pty objects over any agent client (a Sandbox builds the same over its
+ * vsock client; tests and benchmarks build them over an agent run on the host).
+ *
+ * @param client - The client, or a function giving the current one (so the owner may swap it, e.g. after a resume).
+ * @param defaults - Settings every command inherits (a command's own options win).
+ * @returns The three objects.
+ */
 export function createAgentApi(client: AgentClient | (() => AgentClient), defaults: CommandDefaults = {}): AgentApi {
   return agentApiWith(client, defaults, {});
 }

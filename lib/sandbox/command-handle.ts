@@ -6,9 +6,13 @@ import { constants } from 'node:os';
 import { CommandExitError, OutputLimitError, TimeoutError, TorporError } from '../errors.js';
 import type { ExecSession, ExitInfo } from '../agent/exec.js';
 
+/** How a command ended, and everything it printed. */
 export interface CommandResult {
+  /** The exit status; 128 + the signal number when a signal ended it. */
   exitCode: number;
+  /** Its whole stdout (decoded as UTF-8). */
   stdout: string;
+  /** Its whole stderr (decoded as UTF-8). */
   stderr: string;
   /** Set when the process was killed by a signal (e.g. 'SIGKILL'). */
   signal?: string;
@@ -19,14 +23,20 @@ export interface CommandResult {
 }
 
 export interface OutputCallbacks {
+  /** Called with each piece of stdout as it comes (whole UTF-8 characters). One that throws ends
+   *  the receiving, and wait() rejects with its error; the process keeps running. */
   onStdout?: (data: string) => void | Promise<void>;
+  /** Called with each piece of stderr as it comes, as onStdout. */
   onStderr?: (data: string) => void | Promise<void>;
 }
 
 /** What a CommandHandle needs from its Commands owner (signals and stdin go by pid). */
 export interface ProcessControl {
+  /** Signals the process group of `pid`; false when it is gone. */
   kill(pid: number, signal?: NodeJS.Signals | number): Promise<boolean>;
+  /** Writes to the stdin of `pid`. */
   sendStdin(pid: number, data: string | Uint8Array): Promise<void>;
+  /** Closes the stdin of `pid`. */
   closeStdin(pid: number): Promise<void>;
 }
 
@@ -129,7 +139,13 @@ export class CommandOutput {
   }
 }
 
+/**
+ * A process started with `background: true`, or reattached with {@link Commands.connect}: its
+ * output so far, `wait()` for its end, `kill()`, stdin. `disconnect()` stops watching it and
+ * leaves it running.
+ */
 export class CommandHandle {
+  /** Its pid in the guest. */
   readonly pid: number;
   private readonly out: OutputBuffer;
   private readonly err: OutputBuffer;
@@ -159,10 +175,11 @@ export class CommandHandle {
     this.result.catch(() => undefined);
   }
 
-  /** Output received so far. */
+  /** Stdout received so far (up to maxBuffer). */
   get stdout(): string {
     return this.out.text;
   }
+  /** Stderr received so far (up to maxBuffer). */
   get stderr(): string {
     return this.err.text;
   }
@@ -179,14 +196,26 @@ export class CommandHandle {
   }
   /** Byte offsets of the next stdout / stderr byte this handle would receive: pass them as
    *  `commands.connect(pid, { fromOffset })` to continue with no gap and no duplicate. */
-  get offsets(): { stdout: number; stderr: number } {
+  get offsets(): {
+    /** The next stdout byte's offset from the process start. */
+    stdout: number;
+    /** The next stderr byte's offset from the process start. */
+    stderr: number;
+  } {
     return { stdout: this.session.stdoutOffset, stderr: this.session.stderrOffset };
   }
 
   /** Waits for the process to end. Throws CommandExitError on a non-zero exit (unless the command
    *  was started with `throwOnError: false`), TimeoutError when it ran past `timeoutMs`, and
    *  OutputLimitError (OUTPUT_LIMIT, whatever throwOnError says) when stdout or stderr outgrew
-   *  `maxBuffer`: the process was killed then, and the error carries the output kept. */
+   *  `maxBuffer`: the process was killed then, and the error carries the output kept.
+   *
+   * @returns Its exit code and its whole output.
+   * @throws {@link CommandExitError} (COMMAND_EXIT) on a non-zero exit, unless `throwOnError: false`.
+   * @throws {@link TimeoutError} (TIMEOUT) when it ran past `timeoutMs` and was killed.
+   * @throws {@link OutputLimitError} (OUTPUT_LIMIT) when a stream outgrew `maxBuffer`.
+   * @throws The error an onStdout / onStderr callback threw, when one did.
+   */
   async wait(): Promise<CommandResult> {
     let result: CommandResult;
     try {
@@ -220,13 +249,24 @@ export class CommandHandle {
     return result;
   }
 
-  /** Sends SIGKILL (or `signal`) to the process group. false when the process is already gone. */
+  /**
+   * Sends SIGKILL (or `signal`) to the process group.
+   *
+   * @param signal - A signal name or number (default SIGKILL).
+   * @returns true when it was signalled, false when the process is already gone.
+   */
   kill(signal: NodeJS.Signals | number = 'SIGKILL'): Promise<boolean> {
     return this.control.kill(this.pid, signal);
   }
+  /**
+   * Writes to the process's stdin (started with `stdin: true`).
+   *
+   * @param data - A string (sent as UTF-8) or bytes.
+   */
   sendStdin(data: string | Uint8Array): Promise<void> {
     return this.control.sendStdin(this.pid, data);
   }
+  /** Closes the process's stdin (it reads end of file). */
   closeStdin(): Promise<void> {
     return this.control.closeStdin(this.pid);
   }

@@ -39,14 +39,17 @@ import {
 export type { CommandResult } from './command-handle.js';
 export { CommandHandle } from './command-handle.js';
 
+/** How {@link Commands.run} runs a command. Every field is optional. */
 export interface CommandStartOpts extends OutputCallbacks {
   /** Return a CommandHandle at once instead of waiting for the exit. */
   background?: boolean;
+  /** Working directory (default: the template's, else the user's home). */
   cwd?: string;
   /** User name in the guest's /etc/passwd (uid, gid, groups and HOME follow; the working
    *  directory defaults to that user's home). Default: the agent's default user, `user`
    *  (uid 1000, /home/user) in torpor's image, as in E2B; `'root'` runs as root. */
   user?: string;
+  /** Environment variables, added to the sandbox's and the template's (these win). */
   envs?: Record<string, string>;
   /** true: keep stdin open for sendStdin()/closeStdin(). A string or bytes: written to stdin, then closed. */
   stdin?: boolean | string | Uint8Array;
@@ -68,18 +71,27 @@ export interface CommandStartOpts extends OutputCallbacks {
   maxBuffer?: number;
 }
 
+/** A process in the guest, as {@link Commands.list} reports it. */
 export interface ProcessInfo {
+  /** Its pid in the guest (what connect, sendStdin and kill take). */
   pid: number;
+  /** The `tag` it was started with. */
   tag?: string;
   /** The program: argv[0], or '/bin/bash' for a shell string. */
   cmd: string;
+  /** Its arguments after the program (`['-l', '-c', line]` for a shell string). */
   args: string[];
+  /** The environment variables its start request set (not the whole environment it inherited). */
   envs: Record<string, string>;
+  /** Its working directory, when one was given. */
   cwd?: string;
+  /** false: it ended, and the agent still keeps its output (listed with `includeEnded`). */
   running: boolean;
+  /** Its exit status, once it ended. */
   exitCode?: number;
 }
 
+/** How {@link Commands.connect} reattaches to a process. Every field is optional. */
 export interface CommandConnectOpts extends OutputCallbacks {
   /** Where output replay starts, per stream, as byte offsets from the process start:
    *  - a number: the stdout offset (stderr is omitted);
@@ -88,7 +100,15 @@ export interface CommandConnectOpts extends OutputCallbacks {
    *  A given offset older than what the agent still keeps (it keeps the last 1 MiB per stream)
    *  throws OUTPUT_LOST. An omitted stream (or no fromOffset at all) resumes from the oldest byte
    *  still kept, and never throws OUTPUT_LOST for it (`handle.offsets` counts on from there). */
-  fromOffset?: number | { stdout?: number; stderr?: number };
+  fromOffset?:
+    | number
+    | {
+        /** Byte offset into stdout. */
+        stdout?: number;
+        /** Byte offset into stderr. */
+        stderr?: number;
+      };
+  /** wait() rejects with CommandExitError on a non-zero exit (default true). */
   throwOnError?: boolean;
   /** As for commands.run: bytes of each stream kept for wait(), replay included (default 64 MiB). */
   maxBuffer?: number;
@@ -131,10 +151,13 @@ const STDIN_CHUNK = 64 * 1024;
 
 /** Settings every command of a sandbox inherits (a command's own options win). */
 export interface CommandDefaults {
+  /** Environment every command gets (a command's own envs win). */
   envs?: Record<string, string>;
   /** A template's user (an image's `User`): by name, or by number when the image gives one. */
   user?: string;
+  /** The user by number (an image's numeric `User`). */
   uid?: number;
+  /** The group by number (an image's `User` of the form 'uid:gid'). */
   gid?: number;
   /** A template's working directory (an image's `WorkingDir`). */
   cwd?: string;
@@ -146,6 +169,11 @@ export interface CommandHooks {
   onForeground?(run: Promise<unknown>): void;
 }
 
+/**
+ * Runs processes in the guest (`sbx.commands`): a string runs with `/bin/bash -l -c`, an argv
+ * array runs directly, with no shell. In the foreground `run` resolves with the result; with
+ * `background: true` it resolves with a {@link CommandHandle} at once.
+ */
 export class Commands implements ProcessControl {
   private readonly client: () => AgentClient;
 
@@ -162,8 +190,36 @@ export class Commands implements ProcessControl {
     };
   }
 
+  /**
+   * Starts a command in the background.
+   *
+   * @param cmd - A shell line, or argv (no shell).
+   * @param opts - With `background: true`.
+   * @returns A handle to the running process: `wait()` for its result, `kill()` to end it.
+   * @throws {@link InvalidArgumentError} (INVALID_ARGUMENT) for an unknown or malformed option.
+   * @throws {@link TimeoutError} (TIMEOUT) when the agent did not start it within `requestTimeoutMs`.
+   */
   run(cmd: string | string[], opts: CommandStartOpts & { background: true }): Promise<CommandHandle>;
+  /**
+   * Runs a command and waits for its end.
+   *
+   * @param cmd - A shell line (`/bin/bash -l -c`), or argv (no shell).
+   * @param opts - Working directory, user, environment, stdin, timeout, output callbacks.
+   * @returns Its exit code and its whole stdout and stderr.
+   * @throws {@link CommandExitError} (COMMAND_EXIT) on a non-zero exit, unless `throwOnError: false`.
+   * @throws {@link TimeoutError} (TIMEOUT) past `timeoutMs` (default 60 s; the process group is killed).
+   * @throws {@link OutputLimitError} (OUTPUT_LIMIT) when a stream outgrew `maxBuffer` (the process is killed).
+   * @throws {@link InvalidArgumentError} (INVALID_ARGUMENT) for an unknown or malformed option.
+   * @throws {@link IllegalTransitionError} (INVALID_STATE) unless the sandbox is running.
+   */
   run(cmd: string | string[], opts?: CommandStartOpts & { background?: false }): Promise<CommandResult>;
+  /**
+   * Runs a command, in the foreground or (`background: true`) the background.
+   *
+   * @param cmd - A shell line, or argv (no shell).
+   * @param opts - As the two forms above take them.
+   * @returns The result, or a handle for a background command.
+   */
   run(cmd: string | string[], opts?: CommandStartOpts): Promise<CommandResult | CommandHandle>;
   run(cmd: string | string[], opts?: CommandStartOpts): Promise<CommandResult | CommandHandle> {
     const run = this.runNow(cmd, opts);
@@ -204,7 +260,11 @@ export class Commands implements ProcessControl {
   }
 
   /** Running processes (as E2B). `includeEnded: true` adds the recently ended ones the agent
-   *  keeps for reattaching (with their exitCode). */
+   *  keeps for reattaching (with their exitCode).
+   *
+   * @param opts - `includeEnded`; `requestTimeoutMs`.
+   * @returns One {@link ProcessInfo} per process.
+   */
   async list(opts: RequestOpts & { includeEnded?: boolean } = {}): Promise<ProcessInfo[]> {
     checkObject('opts', opts);
     checkKnownKeys('opts', opts, ['includeEnded', 'requestTimeoutMs']);
@@ -239,7 +299,14 @@ export class Commands implements ProcessControl {
 
   /** Reattaches to a process (running or recently ended), replaying kept output from the
    *  offsets in `opts.fromOffset` (see there). Throws OUTPUT_LOST when a given offset is older than
-   *  what the agent kept. */
+   *  what the agent kept.
+   *
+   * @param pid - The process's pid (from a handle, or {@link Commands.list}).
+   * @param opts - Where to replay from, output callbacks, limits.
+   * @returns A handle whose `wait()` gives the result, the replayed output included.
+   * @throws {@link OutputLostError} (OUTPUT_LOST) when a given offset is older than what is kept.
+   * @throws {@link TorporError} PROCESS_NOT_FOUND when the agent knows no such process.
+   */
   async connect(pid: number, opts: CommandConnectOpts = {}): Promise<CommandHandle> {
     checkInt('pid', pid, 1, U32_MAX);
     checkObject('opts', opts);
@@ -346,7 +413,14 @@ export class Commands implements ProcessControl {
     }
   }
 
-  /** Writes to a process's stdin (the process must have been started with `stdin: true`). */
+  /**
+   * Writes to a process's stdin (the process must have been started with `stdin: true`).
+   *
+   * @param pid - The process's pid.
+   * @param data - A string (sent as UTF-8) or bytes.
+   * @param opts - `requestTimeoutMs`.
+   * @throws {@link TorporError} PROCESS_NOT_FOUND when there is no such process; an error when its stdin is closed.
+   */
   async sendStdin(pid: number, data: string | Uint8Array, opts: RequestOpts = {}): Promise<void> {
     checkInt('pid', pid, 1, U32_MAX);
     checkRequestOpts(opts);
@@ -359,7 +433,13 @@ export class Commands implements ProcessControl {
     }
   }
 
-  /** Closes a process's stdin (it sees end of file). */
+  /**
+   * Closes a process's stdin (it sees end of file).
+   *
+   * @param pid - The process's pid.
+   * @param opts - `requestTimeoutMs`.
+   * @throws {@link TorporError} PROCESS_NOT_FOUND when there is no such process.
+   */
   async closeStdin(pid: number, opts: RequestOpts = {}): Promise<void> {
     checkInt('pid', pid, 1, U32_MAX);
     checkRequestOpts(opts);
@@ -367,7 +447,15 @@ export class Commands implements ProcessControl {
     await this.client().call(FrameType.STDIN, fw, { flags: FLAG_END, ...callOpts(opts) });
   }
 
-  /** Signals a process group (SIGKILL by default). false when no such process is running. */
+  /**
+   * Signals a process group (SIGKILL by default).
+   *
+   * @param pid - The process's pid.
+   * @param signal - A name ('SIGTERM') or number; or, as E2B's `kill(pid, opts)`, the options.
+   * @param opts - `requestTimeoutMs`.
+   * @returns true when it was signalled, false when no such process is running.
+   * @throws {@link InvalidArgumentError} (INVALID_ARGUMENT) for an unknown signal.
+   */
   async kill(pid: number, signal: NodeJS.Signals | number | RequestOpts = 'SIGKILL', opts: RequestOpts = {}): Promise<boolean> {
     checkInt('pid', pid, 1, U32_MAX);
     // E2B's kill(pid, opts): an options object in the signal's place.

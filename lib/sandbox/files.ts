@@ -14,12 +14,18 @@ import type { RequestStream } from '../agent/stream.js';
 import { WatchHandle, watchStarted, type FilesystemEvent, type WatchOpts } from './watch.js';
 import { callOpts, checkInt, checkKnownKeys, checkObject, checkPath, checkRequestTimeout, checkString, fail } from './validate.js';
 
+/** What a guest path is: a regular file, a directory, a symlink, or anything else (device, socket, fifo). */
 export type FileType = 'file' | 'dir' | 'symlink' | 'other';
 
+/** A file or directory in the guest, as {@link Files.list}, {@link Files.getInfo} and {@link Files.rename} report it. */
 export interface EntryInfo {
+  /** Its name (the last part of its path). */
   name: string;
+  /** What it is (a symlink is reported as the link). */
   type: FileType;
+  /** Its absolute path in the guest. */
   path: string;
+  /** Its size in bytes. */
   size: number;
   /** File type and permission bits, as st_mode (0o100644 for a plain file). */
   mode: number;
@@ -31,8 +37,11 @@ export interface EntryInfo {
   group: string;
   /** Owner's uid and group's gid. */
   uid: number;
+  /** The group's gid. */
   gid: number;
+  /** Its last modification time. */
   modifiedTime: Date;
+  /** Where a symlink points (symlinks only). */
   symlinkTarget?: string;
 }
 
@@ -47,18 +56,33 @@ export interface FileOpts {
 }
 const FILE_KEYS = ['user', 'requestTimeoutMs'] as const;
 
+/** A file {@link Files.write} wrote. */
 export interface WriteInfo {
+  /** Its name. */
   name: string;
+  /** 'file'. */
   type: FileType;
+  /** Its absolute path in the guest. */
   path: string;
 }
 
+/** What {@link Files.write} takes as a file's contents: text (written as UTF-8), bytes, a Blob, or a stream of bytes (sent as it comes). */
 export type WriteData = string | ArrayBuffer | Uint8Array | Blob | ReadableStream<Uint8Array> | AsyncIterable<Uint8Array>;
+/** One file of a {@link Files.write} of several. */
 export interface WriteEntry {
+  /** The guest path (a relative one is relative to the user's home). */
   path: string;
+  /** Its contents. */
   data: WriteData;
 }
 
+/**
+ * The guest's filesystem (`sbx.files`): read, write, list, stat, make directories, remove,
+ * rename, watch. Every call acts as a guest user (`opts.user`, default the agent's default user)
+ * and takes `requestTimeoutMs`. Errors from the guest carry its code: FILE_NOT_FOUND
+ * ({@link FileNotFoundError}), PERMISSION_DENIED, NOT_A_DIRECTORY, IS_A_DIRECTORY, NOT_EMPTY,
+ * OUT_OF_SPACE; TIMEOUT past `requestTimeoutMs`.
+ */
 export class Files {
   private readonly client: () => AgentClient;
 
@@ -71,9 +95,38 @@ export class Files {
     };
   }
 
+  /**
+   * Reads a file as text (UTF-8).
+   *
+   * @param path - The guest path (a relative one is relative to the user's home).
+   * @param opts - `format: 'text'` (the default), `user`, `requestTimeoutMs`.
+   * @throws {@link FileNotFoundError} (FILE_NOT_FOUND) when there is no such file.
+   * @throws {@link TorporError} IS_A_DIRECTORY, PERMISSION_DENIED as the guest says.
+   */
   read(path: string, opts?: FileOpts & { format?: 'text' }): Promise<string>;
+  /**
+   * Reads a file as bytes.
+   *
+   * @param path - The guest path.
+   * @param opts - `format: 'bytes'`, `user`, `requestTimeoutMs`.
+   * @throws {@link FileNotFoundError} (FILE_NOT_FOUND) when there is no such file.
+   */
   read(path: string, opts: FileOpts & { format: 'bytes' }): Promise<Uint8Array>;
+  /**
+   * Reads a file as a Blob.
+   *
+   * @param path - The guest path.
+   * @param opts - `format: 'blob'`, `user`, `requestTimeoutMs`.
+   * @throws {@link FileNotFoundError} (FILE_NOT_FOUND) when there is no such file.
+   */
   read(path: string, opts: FileOpts & { format: 'blob' }): Promise<Blob>;
+  /**
+   * Opens a file as a stream of bytes (it never sits whole in memory; `requestTimeoutMs` bounds the opening).
+   *
+   * @param path - The guest path.
+   * @param opts - `format: 'stream'`, `user`, `requestTimeoutMs`.
+   * @throws {@link FileNotFoundError} (FILE_NOT_FOUND) when there is no such file.
+   */
   read(path: string, opts: FileOpts & { format: 'stream' }): Promise<ReadableStream<Uint8Array>>;
   async read(
     path: string,
@@ -97,9 +150,23 @@ export class Files {
     });
   }
 
-  /** Writes a file atomically (temp file, fsync, rename), creating parent directories as needed.
-   *  Also accepts an array of { path, data } and writes each. */
+  /**
+   * Writes a file atomically (temp file, fsync, rename), creating parent directories as needed.
+   *
+   * @param path - The guest path (a relative one is relative to the user's home).
+   * @param data - Its contents: text, bytes, a Blob or a stream.
+   * @param opts - `mode`, `user`, `requestTimeoutMs`.
+   * @returns What was written.
+   * @throws {@link TorporError} PERMISSION_DENIED, IS_A_DIRECTORY, NOT_A_DIRECTORY or OUT_OF_SPACE as the guest says.
+   */
   write(path: string, data: WriteData, opts?: WriteOpts): Promise<WriteInfo>;
+  /**
+   * Writes several files, one after the other, each atomically.
+   *
+   * @param files - The paths and their contents.
+   * @param opts - `mode`, `user`, `requestTimeoutMs`, for every file.
+   * @returns What was written, in the same order.
+   */
   write(files: WriteEntry[], opts?: WriteOpts): Promise<WriteInfo[]>;
   async write(
     pathOrFiles: string | WriteEntry[],
@@ -125,6 +192,15 @@ export class Files {
     return this.writeOne(pathOrFiles, dataOrOpts as WriteData, opts);
   }
 
+  /**
+   * Lists a directory.
+   *
+   * @param path - The guest directory.
+   * @param opts - `depth`: how many levels down (1, the default, to 16); `user`, `requestTimeoutMs`.
+   * @returns Its entries (and theirs, with depth over 1).
+   * @throws {@link FileNotFoundError} (FILE_NOT_FOUND) when there is no such directory.
+   * @throws {@link TorporError} NOT_A_DIRECTORY when it is not a directory.
+   */
   async list(path: string, opts: FileOpts & { depth?: number } = {}): Promise<EntryInfo[]> {
     checkPath('path', path);
     checkFileOpts(opts, ['depth']);
@@ -134,14 +210,25 @@ export class Files {
     return answer.nested('entry').map((e) => toEntry(e, path));
   }
 
-  /** The entry at path itself (a symlink is reported as the link, with its target). */
+  /**
+   * The entry at path itself (a symlink is reported as the link, with its target).
+   *
+   * @param path - The guest path.
+   * @param opts - `user`, `requestTimeoutMs`.
+   * @throws {@link FileNotFoundError} (FILE_NOT_FOUND) when there is nothing there.
+   */
   async getInfo(path: string, opts: FileOpts = {}): Promise<EntryInfo> {
     checkPath('path', path);
     checkFileOpts(opts);
     return this.stat(path, opts, false);
   }
 
-  /** Whether something exists at path, following symlinks (a dangling link: false), as E2B. */
+  /**
+   * Whether something exists at path, following symlinks (a dangling link: false), as E2B.
+   *
+   * @param path - The guest path.
+   * @param opts - `user`, `requestTimeoutMs`.
+   */
   async exists(path: string, opts: FileOpts = {}): Promise<boolean> {
     checkPath('path', path);
     checkFileOpts(opts);
@@ -155,7 +242,12 @@ export class Files {
   }
 
   /** Creates a directory and its parents. Resolves false when it already existed; throws
-   *  NOT_A_DIRECTORY when the path (or one on its way) exists and is not a directory. */
+   *  NOT_A_DIRECTORY when the path (or one on its way) exists and is not a directory.
+   *
+   * @param path - The guest directory.
+   * @param opts - `mode` (default 0o755), `user`, `requestTimeoutMs`.
+   * @returns true when it was made, false when it already existed.
+   */
   async makeDir(path: string, opts: FileOpts & { mode?: number } = {}): Promise<boolean> {
     checkPath('path', path);
     checkFileOpts(opts, ['mode']);
@@ -172,7 +264,13 @@ export class Files {
     return true;
   }
 
-  /** Removes a file or a directory tree. A path that does not exist is fine (as E2B). */
+  /**
+   * Removes a file or a directory tree. A path that does not exist is fine (as E2B).
+   *
+   * @param path - The guest path.
+   * @param opts - `user`, `requestTimeoutMs`.
+   * @throws {@link TorporError} PERMISSION_DENIED as the guest says.
+   */
   async remove(path: string, opts: FileOpts = {}): Promise<void> {
     checkPath('path', path);
     checkFileOpts(opts);
@@ -184,7 +282,15 @@ export class Files {
     }
   }
 
-  /** Moves oldPath to newPath, creating newPath's missing parent directories (as E2B). */
+  /**
+   * Moves oldPath to newPath, creating newPath's missing parent directories (as E2B).
+   *
+   * @param oldPath - What to move.
+   * @param newPath - Where to.
+   * @param opts - `user`, `requestTimeoutMs`.
+   * @returns The entry at its new path.
+   * @throws {@link FileNotFoundError} (FILE_NOT_FOUND) when oldPath does not exist.
+   */
   async rename(oldPath: string, newPath: string, opts: FileOpts = {}): Promise<EntryInfo> {
     checkPath('oldPath', oldPath);
     checkPath('newPath', newPath);
@@ -196,7 +302,14 @@ export class Files {
 
   /** Watches a directory: onEvent gets create, write, remove, rename and chmod events (names
    *  relative to path), and `overflow` when events were lost. The watch survives a reconnect.
-   *  Stops after opts.timeoutMs (default 60 s, as E2B; 0 = never) or handle.stop(). */
+   *  Stops after opts.timeoutMs (default 60 s, as E2B; 0 = never) or handle.stop().
+   *
+   * @param path - The guest directory.
+   * @param onEvent - Called with each event, in order.
+   * @param opts - `recursive`, `timeoutMs`, `onExit`, `user`, `requestTimeoutMs`.
+   * @returns A handle, once the watch is in place (events from then on are reported).
+   * @throws {@link FileNotFoundError} (FILE_NOT_FOUND) when there is no such directory.
+   */
   async watchDir(
     path: string,
     onEvent: (event: FilesystemEvent) => void | Promise<void>,

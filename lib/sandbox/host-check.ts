@@ -4,7 +4,13 @@ import { readFile } from 'node:fs/promises';
 
 import { homeLayout, torporHome } from '../store/home.js';
 
-/** Whether this host can boot a Linux guest, and if not, exactly why and what to do. */
+/**
+ * Whether this host can boot a Linux guest, and if not, exactly why and what to do
+ * (Sandbox.create and Template.build ask the same and refuse with KVM_UNAVAILABLE).
+ *
+ * @param kernelOverride - A guest kernel to boot instead of the stored one (a PVM host needs one).
+ * @returns `{ ok: true }`, or `{ ok: false, reason }` with the reason and the fix in words.
+ */
 export async function linuxGuestSupport(kernelOverride?: string): Promise<{ ok: true } | { ok: false; reason: string }> {
   const { detectHost } = await import('../setup/host.js');
   const host = await detectHost();

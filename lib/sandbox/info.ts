@@ -2,36 +2,60 @@
 import type { CreatedFrom, OnTimeout, ResumedFrom, SandboxMeta } from '../store/sandbox-dir.js';
 import type { SandboxState } from './lifecycle.js';
 
+/** What a sandbox is and where it stands: {@link Sandbox.getInfo} and {@link Sandbox.list} report it. */
 export interface SandboxInfo {
+  /** The sandbox's id. */
   sandboxId: string;
+  /** Its state; one whose owner process died is reported `paused` (connect recovers it). */
   state: SandboxState;
+  /** The template it was created from ('base', or a name given to Template.build). */
   template: string;
   /** 'template': restored from the warm template (the first pause writes only what changed since);
    *  'boot': booted (template: false, or the template could not be used: `bootReason`). */
   createdFrom?: CreatedFrom;
+  /** Why it was booted rather than restored from the template (createdFrom 'boot' only). */
   bootReason?: string;
+  /** The labels given to create. */
   metadata: Record<string, string>;
   /** The machine's size (the one spelling getInfo reports; cpuCount and memoryMiB repeat it for older callers). */
-  resources: { cpu: number; memoryMb: number; diskMb: number };
+  resources: {
+    /** vCPUs. */
+    cpu: number;
+    /** RAM, MiB. */
+    memoryMb: number;
+    /** Root disk, MiB (0 when not recorded). */
+    diskMb: number;
+  };
   /** Same as resources.cpu (kept for older callers). */
   cpuCount: number;
   /** Same as resources.memoryMb (kept for older callers). */
   memoryMiB: number;
+  /** When it was created. */
   createdAt: Date;
+  /** When it was last paused. */
   pausedAt?: Date;
+  /** When it was last resumed (connect). */
   resumedAt?: Date;
+  /** What the last resume continued from: 'memory' (the guest went on) or 'disk' (booted from the generation's disk). */
   resumedFrom?: ResumedFrom;
   /** Why the last resume booted from disk instead of continuing from memory. */
   resumeReason?: string;
   /** A dead owner's sandbox that a connect recovered: work done between these times is lost. */
-  lostInterval?: { from: Date; to: Date };
+  lostInterval?: {
+    /** Since when: the last resume, pause or creation before the owner died. */
+    from: Date;
+    /** When the connect recovered it. */
+    to: Date;
+  };
   /** The live process that owns it, when one does. */
   ownerPid: number | null;
   /** The generation a connect continues from (0: none yet). */
   generation: number;
   /** Bytes its directory takes on disk. */
   bytesOnDisk: number;
+  /** The lifecycle timeout (ms without activity), when one is set. */
   timeoutMs?: number;
+  /** What the timeout does: 'kill' or 'pause'. */
   onTimeout?: OnTimeout;
 }
 

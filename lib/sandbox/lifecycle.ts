@@ -23,9 +23,11 @@ const NEXT: Record<SandboxState, readonly SandboxState[]> = {
   failed: ['killed'],
 };
 
-/** A state change or an operation the sandbox's state does not allow. */
+/** INVALID_STATE: a state change or an operation the sandbox's state does not allow (pause of a paused sandbox, a command in a killed one, ...). */
 export class IllegalTransitionError extends TorporError {
+  /** The sandbox's state when it was refused. */
   readonly from: SandboxState;
+  /** The state it was asked to move to; undefined when an operation was refused instead. */
   readonly to: SandboxState | undefined;
 
   constructor(message: string, from: SandboxState, to?: SandboxState) {

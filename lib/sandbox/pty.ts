@@ -17,11 +17,15 @@ import {
   type RequestOpts,
 } from './validate.js';
 
+/** A terminal's size in characters. */
 export interface PtySize {
+  /** Columns, 1 to 65535. */
   cols: number;
+  /** Rows, 1 to 65535. */
   rows: number;
 }
 
+/** How {@link Pty.create} opens a terminal: its size and where its output goes are required. */
 export interface PtyCreateOpts extends PtySize {
   /** Raw terminal output (the pty merges stdout and stderr). */
   onData: (data: Uint8Array) => void;
@@ -31,6 +35,7 @@ export interface PtyCreateOpts extends PtySize {
   cwd?: string;
   /** Default: the agent's default user (`user` in torpor's image, as E2B). */
   user?: string;
+  /** Environment variables (TERM is xterm-256color unless given). */
   envs?: Record<string, string>;
   /** Kill after this long; default none. */
   timeoutMs?: number;
@@ -38,10 +43,15 @@ export interface PtyCreateOpts extends PtySize {
   requestTimeoutMs?: number;
 }
 
+/** A program running on a terminal, as {@link Pty.create} returns it. */
 export interface PtyHandle {
+  /** The program's pid in the guest. */
   pid: number;
+  /** Types into the terminal (keys, as text or bytes). */
   sendInput(data: string | Uint8Array): Promise<void>;
+  /** Changes the terminal's size (the program gets SIGWINCH). */
   resize(size: PtySize): Promise<void>;
+  /** Kills the program's process group (SIGKILL); false when it already ended. */
   kill(): Promise<boolean>;
   /** Resolves when the program exits (never throws for a non-zero exit). */
   wait(): Promise<CommandResult>;
@@ -51,6 +61,7 @@ export interface PtyHandle {
 
 const KEYS = ['cols', 'rows', 'onData', 'cmd', 'cwd', 'user', 'envs', 'timeoutMs', 'requestTimeoutMs'] as const;
 
+/** Interactive programs on a pseudo-terminal in the guest (`sbx.pty`). */
 export class Pty {
   /** @internal */
   constructor(
@@ -58,6 +69,14 @@ export class Pty {
     private readonly commands: Commands,
   ) {}
 
+  /**
+   * Starts a program (default an interactive login bash) on a new terminal.
+   *
+   * @param opts - The size, the output callback, and optionally the program, user, cwd, envs, timeouts.
+   * @returns A handle to type into, resize, kill or wait for it.
+   * @throws {@link InvalidArgumentError} (INVALID_ARGUMENT) for a missing size or callback, or a malformed option.
+   * @throws {@link TimeoutError} (TIMEOUT) when the agent did not start it within `requestTimeoutMs`.
+   */
   async create(opts: PtyCreateOpts): Promise<PtyHandle> {
     checkObject('opts', opts);
     if (!opts) fail('opts', 'an object with cols, rows and onData', opts);
@@ -110,10 +129,26 @@ export class Pty {
     };
   }
 
+  /**
+   * Types into the terminal of a program started with {@link Pty.create}.
+   *
+   * @param pid - The program's pid.
+   * @param data - Keys, as text (UTF-8) or bytes.
+   * @param opts - `requestTimeoutMs`.
+   * @throws {@link TorporError} PROCESS_NOT_FOUND when there is no such program.
+   */
   sendInput(pid: number, data: string | Uint8Array, opts: RequestOpts = {}): Promise<void> {
     return this.commands.sendStdin(pid, data, opts);
   }
 
+  /**
+   * Changes a terminal's size.
+   *
+   * @param pid - The program's pid.
+   * @param size - The new columns and rows.
+   * @param opts - `requestTimeoutMs`.
+   * @throws {@link TorporError} PROCESS_NOT_FOUND when there is no such program.
+   */
   async resize(pid: number, size: PtySize, opts: RequestOpts = {}): Promise<void> {
     checkInt('pid', pid, 1, 0xffffffff);
     checkObject('size', size);
@@ -125,6 +160,13 @@ export class Pty {
     await this.client().call(FrameType.PTY_RESIZE, fw, callOpts(opts));
   }
 
+  /**
+   * Kills a terminal's program (SIGKILL to its process group).
+   *
+   * @param pid - The program's pid.
+   * @param opts - `requestTimeoutMs`.
+   * @returns true when it was killed, false when it had already ended.
+   */
   kill(pid: number, opts: RequestOpts = {}): Promise<boolean> {
     return this.commands.kill(pid, opts);
   }

@@ -15,6 +15,7 @@ import { GuestRun, reasonOf, type GuestStart } from './guest-run.js';
 import { guestMachineOptions } from './readiness.js';
 import { UndoStack } from './undo-stack.js';
 
+/** How {@link Sandbox.connect} continues a sandbox. Every field is optional. */
 export interface ConnectOpts {
   /** 'restore' (default): continue from memory, booting the same generation's disk when the
    *  memory image cannot be used; 'reboot': boot that disk. */

@@ -49,6 +49,7 @@ export { linuxGuestSupport } from './host-check.js';
 export { sharedArtifacts } from './artifacts-cache.js';
 export { AGENT_KNOCK_PORT, AGENT_VSOCK_PORT, GUEST_CID, GUEST_CMDLINE, awaitBootedAgent, awaitRestoredAgent } from './readiness.js';
 
+/** How {@link Sandbox.create} makes a sandbox. Every field is optional. */
 export interface SandboxOpts {
   /**
    * Template name: 'base' (default), or one made with Template.build (docs/templates.md). The
@@ -86,6 +87,7 @@ export interface SandboxOpts {
   /** After this long without activity (API calls, command output), `lifecycle.onTimeout`
    *  happens (default: never). Kept across pause and connect. */
   timeoutMs?: number;
+  /** What happens at the end of `timeoutMs`. */
   lifecycle?: {
     /** What the timeout does: 'kill' (default) or 'pause' (a paused sandbox costs disk only). */
     onTimeout?: OnTimeout;
@@ -96,29 +98,46 @@ export interface SandboxOpts {
 }
 
 
+/** What {@link Sandbox.pause} did. */
 export interface PauseResult {
+  /** The sandbox paused. */
   sandboxId: string;
+  /** The snapshot generation written (1 for the first pause, then one more each time). */
   generation: number;
   /** Bytes the generation wrote. */
   bytes: number;
   /** Machine state and memory read (ms from the capture's start), and the generation durable. */
   capturedMs: number;
+  /** When the generation was on disk for good (ms from the capture's start). */
   durableMs: number;
+  /** When the pause completed. */
   pausedAt: Date;
 }
 
 
 /** Sandbox.list's filters. */
 export interface ListOpts {
+  /** Only sandboxes in this state, or in one of these states. */
   state?: SandboxState | SandboxState[];
   /** Only sandboxes whose metadata has every one of these keys with these values. */
   metadata?: Record<string, string>;
 }
 
+/**
+ * A Linux microVM this process runs on /dev/kvm, with a guest agent to run commands, move files
+ * and open terminals. Make one with {@link Sandbox.create}, continue one with
+ * {@link Sandbox.connect}; {@link Sandbox.pause} freezes it to disk, {@link Sandbox.kill} removes
+ * it. `await using sbx = await Sandbox.create()` kills it at the end of the scope.
+ * docs/sandbox-lifecycle.md explains the states and what survives a pause.
+ */
 export class Sandbox implements AsyncDisposable {
+  /** The sandbox's id: its directory's name under TORPOR_HOME, what connect, getInfo and kill take. */
   readonly sandboxId: string;
+  /** Runs processes in the guest. */
   readonly commands: Commands;
+  /** Reads, writes and watches the guest's files. */
   readonly files: Files;
+  /** Opens terminals (pseudo-terminals) in the guest. */
   readonly pty: Pty;
   /** The sandbox's directory (tests and diagnostics read it; the API does not expose it). */
   private readonly dir: string;
@@ -168,6 +187,7 @@ export class Sandbox implements AsyncDisposable {
     return this.#life.state;
   }
 
+  /** Whether the sandbox is running in this process (`state === 'running'`). */
   isRunning(): boolean {
     return this.#life.state === 'running';
   }
@@ -235,6 +255,19 @@ export class Sandbox implements AsyncDisposable {
     this.#idle.start();
   }
 
+  /**
+   * Starts a new sandbox: from the warm template by default (a restore, milliseconds), or a cold
+   * boot with `template: false`. The first create for a template's settings boots and captures
+   * the template once.
+   *
+   * @param opts - The template, size, environment, network and lifecycle; all optional.
+   * @returns The sandbox, running, its agent answering.
+   * @throws {@link InvalidArgumentError} (INVALID_ARGUMENT) for an option out of range.
+   * @throws {@link TemplateNotFoundError} (TEMPLATE_NOT_FOUND) for a template name that was never built.
+   * @throws {@link KvmUnavailableError} (KVM_UNAVAILABLE) when this host cannot run a Linux guest.
+   * @throws {@link TorporError} KERNEL_INVALID for a kernel file that is not a bootable kernel;
+   *   BOOT_FAILED, or {@link GuestUnresponsiveError} (GUEST_UNRESPONSIVE) when the guest did not come up.
+   */
   static async create(opts: SandboxOpts = {}): Promise<Sandbox> {
     checkCreateOpts(opts);
     const template = typeof opts.template === 'string' ? opts.template : 'base';
@@ -265,6 +298,11 @@ export class Sandbox implements AsyncDisposable {
    * runs `sync`, the machine is captured durably (a full memory image the first time, the pages
    * written since after that) and stopped, the owner lock is released. The sandbox is then
    * `paused`: `Sandbox.connect(sandboxId)` continues it, from this process or another.
+   *
+   * @returns What the capture wrote and how long it took.
+   * @throws {@link IllegalTransitionError} (INVALID_STATE) unless the sandbox is running.
+   * @throws {@link NotEnoughSpaceError} (OUT_OF_SPACE) when the host's disk is full; a capture that
+   *   fails before the machine stopped leaves the sandbox running.
    */
   pause(): Promise<PauseResult> {
     try {
@@ -382,6 +420,15 @@ export class Sandbox implements AsyncDisposable {
    * agent gets RESUMED (host clock, fresh entropy) before anything else; when the memory image
    * cannot be used, the same generation's disk boots instead (`resumedFrom: 'disk'`, the reason
    * in `resumeReason`).
+   *
+   * @param sandboxId - The id of {@link Sandbox.sandboxId}, {@link Sandbox.list} or a PauseResult.
+   * @param opts - How to resume; all optional.
+   * @returns The sandbox, running.
+   * @throws {@link SandboxNotFoundError} (SANDBOX_NOT_FOUND) when there is no such sandbox.
+   * @throws {@link SandboxBusyError} (SANDBOX_BUSY) when another live process runs it.
+   * @throws {@link IllegalTransitionError} (INVALID_STATE) when this process holds it in a state
+   *   connect cannot continue (its guest ended by itself: kill it).
+   * @throws {@link InvalidArgumentError} (INVALID_ARGUMENT) for a malformed id or option.
    */
   static async connect(sandboxId: string, opts: ConnectOpts = {}): Promise<Sandbox> {
     checkSandboxId(sandboxId);
@@ -411,7 +458,11 @@ export class Sandbox implements AsyncDisposable {
   }
 
   /** The sandboxes under TORPOR_HOME, optionally only those in a state (or states) and with
-   *  the given metadata; `{ query: { state, metadata } }` (E2B's shape) works too. */
+   *  the given metadata; `{ query: { state, metadata } }` (E2B's shape) works too.
+   *
+   * @param opts - The filters; none lists them all.
+   * @returns One {@link SandboxInfo} per sandbox (a directory that cannot be read is left out).
+   */
   static async list(opts: ListOpts & { query?: ListOpts } = {}): Promise<SandboxInfo[]> {
     const { states: want, metadata } = listFilter(opts);
     const out: SandboxInfo[] = [];
@@ -427,6 +478,11 @@ export class Sandbox implements AsyncDisposable {
   /**
    * Sets the lifecycle timeout from now on (E2B's setTimeout): `timeoutMs` without activity, then
    * `lifecycle.onTimeout`; 0 turns it off. Kept in meta.json, so it survives pause and connect.
+   *
+   * @param timeoutMs - Milliseconds without activity (API calls, command output); 0: no timeout.
+   * @param opts - `onTimeout`: 'kill' or 'pause' (default: the one set before, else 'kill').
+   * @throws {@link InvalidArgumentError} (INVALID_ARGUMENT) for a negative or non-integer timeout.
+   * @throws {@link IllegalTransitionError} (INVALID_STATE) unless the sandbox is running.
    */
   async setTimeout(timeoutMs: number, opts: { onTimeout?: OnTimeout } = {}): Promise<void> {
     checkSetTimeout(timeoutMs, opts);
@@ -443,7 +499,13 @@ export class Sandbox implements AsyncDisposable {
     this.#armTimeout();
   }
 
-  /** What a sandbox is and where it stands, from its directory (any process may ask). */
+  /**
+   * What a sandbox is and where it stands, from its directory (any process may ask). A sandbox
+   * recorded as live whose owner died is reported `paused` (connect recovers it).
+   *
+   * @param sandboxId - The sandbox's id.
+   * @throws {@link SandboxNotFoundError} (SANDBOX_NOT_FOUND) when there is no such sandbox.
+   */
   static async getInfo(sandboxId: string): Promise<SandboxInfo> {
     checkSandboxId(sandboxId);
     const mine = liveSandbox(sandboxId);
@@ -475,6 +537,10 @@ export class Sandbox implements AsyncDisposable {
    * Removes a sandbox that no live process runs (paused, or its owner dead): its files are
    * deleted. SANDBOX_BUSY when a live process owns it (kill it there). Resolves false when there
    * was no such sandbox.
+   *
+   * @param sandboxId - The sandbox's id.
+   * @returns true when a sandbox was removed, false when there was none.
+   * @throws {@link SandboxBusyError} (SANDBOX_BUSY) when another live process runs it.
    */
   static async kill(sandboxId: string): Promise<boolean> {
     checkSandboxId(sandboxId);
@@ -507,7 +573,14 @@ export class Sandbox implements AsyncDisposable {
     dropLive(this);
   }
 
-  /** Opt-in: on SIGINT / SIGTERM, pause the running sandboxes, then re-raise the signal. */
+  /**
+   * Opt-in: on SIGINT / SIGTERM, pause the running sandboxes, then re-raise the signal.
+   *
+   * @param opts - `signals` (default SIGINT and SIGTERM); `timeoutMs`, how long the pauses may
+   *   take (default 30 s: a pause not done by then is abandoned, the next connect recovers the
+   *   sandbox from its last generation).
+   * @returns A function that removes the handlers.
+   */
   static installSignalHandlers(opts: { signals?: NodeJS.Signals[]; timeoutMs?: number } = {}): () => void {
     return installSignalHandlers(opts);
   }
@@ -522,6 +595,9 @@ export class Sandbox implements AsyncDisposable {
    * `network.ports`). INVALID_ARGUMENT for a port not forwarded; NET_BACKEND if the network
    * backend died; INVALID_STATE unless running. After a pause and connect the host port may
    * differ (a fresh backend binds it again; the same one when it is still free).
+   *
+   * @param port - The guest's TCP port, as listed in `network.ports`.
+   * @throws {@link InvalidArgumentError} (INVALID_ARGUMENT) for a port not forwarded or a sandbox without network.
    */
   getHost(port: number): string {
     checkInt('port', port, 1, 65535);
@@ -559,6 +635,7 @@ export class Sandbox implements AsyncDisposable {
     }
   }
 
+  /** Kills the sandbox: what `await using` calls at the end of its scope. */
   async [Symbol.asyncDispose](): Promise<void> {
     await this.kill();
   }

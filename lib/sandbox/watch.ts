@@ -12,23 +12,33 @@ import type { RequestStream } from '../agent/stream.js';
 
 /** E2B's event types, plus `overflow`: events were lost (`dropped` says how many, 0 = unknown). */
 export type FilesystemEventType = 'create' | 'write' | 'remove' | 'rename' | 'chmod' | 'overflow';
+/** The event types by name, as E2B's enum spells them (`FilesystemEventType.WRITE === 'write'`). */
 export const FilesystemEventType = {
+  /** A file or directory was created. */
   CREATE: 'create',
+  /** A file was written. */
   WRITE: 'write',
+  /** A file or directory was removed. */
   REMOVE: 'remove',
+  /** A file or directory was moved away: reported for its old name (the new name gets `create`). */
   RENAME: 'rename',
+  /** Permissions or ownership changed. */
   CHMOD: 'chmod',
+  /** Events were lost. */
   OVERFLOW: 'overflow',
 } as const;
 
+/** One change in a watched directory, as {@link Files.watchDir} reports it. */
 export interface FilesystemEvent {
   /** Path relative to the watched directory ('' for an overflow). */
   name: string;
+  /** What happened. */
   type: FilesystemEventType;
   /** overflow only: how many events were lost (0: the kernel did not say). */
   dropped?: number;
 }
 
+/** How {@link Files.watchDir} watches. Every field is optional. */
 export interface WatchOpts {
   /** Watch the whole tree below the directory (directories created later too). */
   recursive?: boolean;
@@ -41,6 +51,7 @@ export interface WatchOpts {
 
 export const DEFAULT_WATCH_TIMEOUT_MS = 60_000;
 
+/** A directory watch, as {@link Files.watchDir} returns it: it lasts until `stop()`, its timeout, or the directory's removal. */
 export class WatchHandle {
   private stream!: RequestStream;
   private watchId: number | undefined;

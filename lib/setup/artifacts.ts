@@ -17,6 +17,7 @@ import { baseIsCached, ensureRootfs, ensureRootfsUnshare, userBaseIsCached } fro
 import { unshareBlocker } from './unshare.js';
 import { toolsError, type ToolSet } from './tools.js';
 
+/** How {@link ensureArtifacts} finds or builds the guest's kernel, root filesystem and agent. Every field is optional. */
 export interface EnsureArtifactsOptions {
   /** Torpor home (default torporHome()). */
   home?: string;
@@ -39,18 +40,27 @@ export interface EnsureArtifactsOptions {
   forgetBaseImage?: boolean;
   /** Hash every artifact in full instead of the cheap size/mtime/header check. */
   verify?: boolean;
+  /** Called with each phase's progress (what `torpor setup` prints). */
   onProgress?: ProgressSink;
 }
 
+/** The files a Linux sandbox boots from, in the store. */
 export interface Artifacts {
+  /** The guest kernel's path. */
   kernel: string;
+  /** The base root filesystem image's path (ext4). */
   rootfs: string;
+  /** The guest agent binary's path (static; also inside the root filesystem). */
   agent: string;
+  /** This host's kind of KVM. */
   host: HostKind;
 }
 
+/** What {@link ensureArtifacts} found, built or fetched, and where each part comes from. */
 export interface SetupReport extends Artifacts {
+  /** How the kernel boots: a PVH ELF, a 64-bit ELF or a bzImage. */
   kernelFormat: KernelFormat;
+  /** Where the kernel came from: built from source, the kernel package (@torpor/kernel-linux-x64), or the user's. */
   kernelOrigin: 'built' | 'package' | 'supplied';
   /** Where the base root filesystem came from: the image reference, or 'debian' (mmdebstrap). */
   baseSource: string;
@@ -61,7 +71,14 @@ export interface SetupReport extends Artifacts {
   /** Parts fetched or made from prebuilt inputs in this call: the kernel package's kernel and agent, the base image. */
   fetched: string[];
   /** Where each part comes from, and why (what `torpor doctor` prints). */
-  sources: { kernel: string; agent: string; base: string };
+  sources: {
+    /** The kernel's source, in words. */
+    kernel: string;
+    /** The agent's source, in words. */
+    agent: string;
+    /** The base root filesystem's source, in words. */
+    base: string;
+  };
   /** Things the user must know (what is missing to run Linux guests here). */
   notes: string[];
 }
@@ -328,6 +345,17 @@ export async function setupOutlook(options: EnsureArtifactsOptions = {}): Promis
   return { sources: plan.sources, fetch: plan.fetch, build: plan.needed, tools: toolSetsOf(plan), blocker: blockers.length ? oneError(blockers) : null };
 }
 
+/**
+ * Everything a Linux sandbox boots from (kernel, root filesystem, agent), built or fetched once
+ * into the store under TORPOR_HOME and reused: what `torpor setup` runs, and what
+ * Sandbox.create asks on first use. Cheap when all is there (a size/mtime/header check).
+ *
+ * @param options - A kernel, agent or base image to use instead of torpor's; progress; home.
+ * @returns What there is now and where each part came from.
+ * @throws {@link TorporError} MISSING_TOOLS (the packages to install named), PERMISSION_DENIED
+ *   (building the root filesystem needs root: the command that works named), KERNEL_INVALID,
+ *   KERNEL_PACKAGE_MISMATCH, ARTIFACT_CORRUPT, SETUP_FAILED.
+ */
 export async function ensureArtifacts(options: EnsureArtifactsOptions = {}): Promise<SetupReport> {
   const progress = options.onProgress;
   const layout = homeLayout(options.home ?? torporHome());

@@ -8,6 +8,7 @@ import { open, stat } from 'node:fs/promises';
 
 import { TorporError } from '../errors.js';
 
+/** A guest kernel's format: vmlinux with a PVH entry note, vmlinux without it (64-bit boot protocol), or a bzImage (docs/platform.md). */
 export type KernelFormat = 'elf-pvh' | 'elf-64' | 'bzimage';
 
 export interface KernelInfo {

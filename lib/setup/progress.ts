@@ -1,9 +1,12 @@
 // Progress of `torpor setup`, per phase: a live status line on a terminal,
 // plain timestamped lines otherwise (CI logs, pipes).
 
+/** A phase of setup: building or fetching the guest agent, the kernel, or the root filesystem. */
 export type PhaseName = 'agent' | 'kernel' | 'rootfs';
 
+/** One progress report of {@link ensureArtifacts}. */
 export interface ProgressEvent {
+  /** The phase it is about. */
   phase: PhaseName;
   /** start: work begins; step: an update; done: built; cached: nothing to do; note: a message to keep. */
   status: 'start' | 'step' | 'done' | 'cached' | 'note';
@@ -17,6 +20,7 @@ export interface ProgressEvent {
   elapsedMs: number;
 }
 
+/** Where {@link ensureArtifacts} sends its progress. */
 export type ProgressSink = (event: ProgressEvent) => void;
 
 /** 1536 -> "1.5 KiB": binary units, one decimal. */

@@ -23,7 +23,9 @@ import { frozenDiskTop, generationDiskLayers, metaPathIn } from './generations.j
 import { processAlive } from './process-alive.js';
 import { isSandboxState, type SandboxState } from './sandbox-state.js';
 
+/** What a sandbox's lifecycle timeout does: pause it (it then costs disk only) or kill it. */
 export type OnTimeout = 'pause' | 'kill';
+/** What a resume continued from: the guest's memory (it went on), or the generation's disk (booted). */
 export type ResumedFrom = 'memory' | 'disk';
 /** How a sandbox's machine first came up: restored from a warm template, or booted. */
 export type CreatedFrom = 'template' | 'boot';

@@ -43,15 +43,41 @@ import {
 import { checkResources, DEFAULT_CPU, DEFAULT_FREE_DISK_MB, DEFAULT_MEMORY_MB, type ResourcesOpts } from './resources.js';
 import { checkSteps, runSteps, type StepProgress, type TemplateStep } from './steps.js';
 
+/** One progress report of {@link Template.build}: an image's fetch ({@link ImageProgress}), then the boot, each step, the capture. */
 export type TemplateBuildProgress =
   | ImageProgress
-  | { phase: 'boot'; message: string }
-  | { phase: 'step'; index: number; total: number; description: string; output?: string }
-  | { phase: 'capture'; message: string };
+  | {
+      /** Booting the sandbox the steps run in. */
+      phase: 'boot';
+      /** What is being done, in words. */
+      message: string;
+    }
+  | {
+      /** A step starts, or its command printed output. */
+      phase: 'step';
+      /** The step's index in `steps` (0-based). */
+      index: number;
+      /** How many steps there are. */
+      total: number;
+      /** The step, in words ('run npm ci', 'copy ./app -> /app'). */
+      description: string;
+      /** Output of a run step, as it comes. */
+      output?: string;
+    }
+  | {
+      /** Capturing the template's memory and disk. */
+      phase: 'capture';
+      /** What is being done, in words. */
+      message: string;
+    };
 
+/** What {@link Template.build} builds: a name, what it starts from, and the steps. */
 export interface TemplateBuildOpts {
+  /** The template's name (what `Sandbox.create({ template })` takes); an existing one of that name is replaced. */
   name: string;
+  /** What it is built on: 'base', another template's name, or a container image. */
   from: TemplateFrom;
+  /** Run in order in a booted sandbox; their effects are what every sandbox from the template starts with. */
   steps?: TemplateStep[];
   /** Environment of every command of the template's sandboxes (and of the steps). */
   env?: Record<string, string>;
@@ -59,9 +85,11 @@ export interface TemplateBuildOpts {
   workdir?: string;
   /** The user commands run as (default: the image's User, else root for an image; `user` for 'base'). */
   user?: string;
+  /** The machine's size (default: the parent's; 2 vCPUs, 512 MiB for 'base'). */
   resources?: ResourcesOpts;
   /** The network the steps run with (default: egress on, the host's loopback off). */
   network?: NetworkOptions;
+  /** Called with each progress report (pull, boot, steps and their output, capture). */
   onProgress?: (p: TemplateBuildProgress) => void;
   /** How long the first boot of an image may take (default 60 s). */
   bootTimeoutMs?: number;

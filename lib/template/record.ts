@@ -19,8 +19,23 @@ import { homeLayout, torporHome } from '../store/home.js';
 import type { ImageConfig } from '../image/types.js';
 import type { Resources } from './resources.js';
 
-/** Where a template came from, as the caller said it (paths absolute). */
-export type TemplateFrom = string | { image: string } | { ociLayout: string; tag?: string } | { dockerArchive: string };
+/** What a template is built on: 'base' or a template's name; or a container image from a registry, an OCI layout directory, or a `docker save` archive. */
+export type TemplateFrom =
+  | string
+  | {
+      /** A registry reference ('node:22', 'ghcr.io/owner/app:tag', '...@sha256:...'); linux/amd64 is picked from a list. */
+      image: string;
+    }
+  | {
+      /** Path of an OCI image layout directory. */
+      ociLayout: string;
+      /** Which of its images (its `org.opencontainers.image.ref.name`), when it holds more than one. */
+      tag?: string;
+    }
+  | {
+      /** Path of a `docker save` tar archive. */
+      dockerArchive: string;
+    };
 
 /** What every command of a sandbox from the template gets unless it says otherwise. */
 export interface TemplateDefaults {

@@ -3,6 +3,7 @@
 // back (getInfo().resources, TemplateInfo.resources): this one.
 import { checkInt, checkKnownKeys, checkObject, fail } from '../sandbox/validate.js';
 
+/** A machine's size, as getInfo and TemplateInfo report it. */
 export interface Resources {
   /** vCPUs. */
   cpu: number;
@@ -12,6 +13,7 @@ export interface Resources {
   diskMb: number;
 }
 
+/** A machine's size as create and build take it: each field optional (the default: the template's). */
 export type ResourcesOpts = Partial<Resources>;
 
 export const DEFAULT_CPU = 2;

@@ -11,11 +11,39 @@ import { checkEnvs, checkKnownKeys, checkObject, checkString, fail } from '../sa
 import type { TemplateDefaults } from './record.js';
 import { parseImageUser, userRequest } from './user.js';
 
+/**
+ * One step of {@link Template.build}: run a command, copy host files in, or set the environment
+ * or working directory of the later steps (and the template's defaults). A run step that exits
+ * non-zero fails the build (TEMPLATE_BUILD_FAILED, with its output).
+ */
 export type TemplateStep =
-  | { run: string | string[]; user?: string; timeoutMs?: number }
-  | { copy: { from: string; to: string }; user?: string }
-  | { env: Record<string, string> }
-  | { workdir: string };
+  | {
+      /** The command: a shell line (run by `/bin/bash -l -c`), or argv. */
+      run: string | string[];
+      /** Run as this user ('name', 'uid' or 'uid:gid'; default the template's). */
+      user?: string;
+      /** How long it may take (default 30 minutes). */
+      timeoutMs?: number;
+    }
+  | {
+      /** Copy a host file, directory or symlink into the guest. */
+      copy: {
+        /** The host path (a relative one is relative to this process's working directory). */
+        from: string;
+        /** The absolute guest path. */
+        to: string;
+      };
+      /** Owner of the copied files (default the template's user). */
+      user?: string;
+    }
+  | {
+      /** Set these variables for the later steps and the template's sandboxes. */
+      env: Record<string, string>;
+    }
+  | {
+      /** Absolute guest directory the later steps and the template's sandboxes run in. */
+      workdir: string;
+    };
 
 /** How long one `run` step may take unless it says (npm install of a real project: minutes). */
 const STEP_TIMEOUT_MS = 30 * 60_000;

@@ -18,22 +18,42 @@ export type { TemplateBuildOpts, TemplateBuildProgress } from './build.js';
 export type { TemplateStep } from './steps.js';
 export type { TemplateFrom } from './record.js';
 
+/** What a template is: {@link Template.build}, {@link Template.list} and {@link Template.get} report it. */
 export interface TemplateInfo {
+  /** Its name ('base' and 'image-...' are the automatic ones). */
   name: string;
   /** 'user': built with Template.build; 'automatic': a warm template torpor made by itself. */
   kind: 'user' | 'automatic';
+  /** What it was built on, as the build was told (user templates). */
   from?: TemplateFrom;
   /** What it was built on ('base', a template's name, or an image's automatic template). */
   parent?: string;
+  /** When it was built. */
   createdAt: Date;
+  /** The machine size of its sandboxes (unless create asks for another). */
   resources: Resources;
   /** What every command of its sandboxes gets unless it says otherwise. */
   env: Record<string, string>;
+  /** The working directory of its sandboxes' commands ('' : the user's home). */
   workdir: string;
   /** '' : the agent's default user (`user` in the base image, else root). */
   user: string;
   /** The image it came from: its digests, and Entrypoint / Cmd (recorded, never run by torpor). */
-  image?: { source: string; manifestDigest: string; configDigest: string; entrypoint: string[]; cmd: string[]; config: ImageConfig };
+  image?: {
+    /** Where it came from ('node:22', 'oci-layout:/dir', 'docker-archive:/f.tar'). */
+    source: string;
+    /** The image manifest's digest (the linux/amd64 one of a list). */
+    manifestDigest: string;
+    /** The config blob's digest: the image's identity. */
+    configDigest: string;
+    /** The image's Entrypoint. */
+    entrypoint: string[];
+    /** The image's Cmd. */
+    cmd: string[];
+    /** The part of the image's config torpor applies or records. */
+    config: ImageConfig;
+  };
+  /** How many steps the build ran. */
   steps?: number;
   /** Time the build took, by phase (ms: pull, unpack, boot, restore, steps, capture, total). */
   timings?: Record<string, number>;
@@ -106,6 +126,10 @@ async function automaticTemplates(home: string): Promise<TemplateInfo[]> {
   return out;
 }
 
+/**
+ * Builds, lists, reads and removes templates: a machine captured after some steps (packages
+ * installed, files copied) that sandboxes start from, warm. All static. docs/templates.md.
+ */
 export class Template {
   private constructor() {}
 
@@ -113,13 +137,27 @@ export class Template {
    * Builds template `opts.name` (replacing one of that name: sandboxes made from the old build
    * keep it): from 'base', another template, or a container image; steps run in a booted
    * sandbox of it, and the result (memory and disk) is what every sandbox from it starts from.
+   *
+   * @param opts - The name, what it is built on, the steps and the defaults its sandboxes get.
+   * @returns The template built.
+   * @throws {@link InvalidArgumentError} (INVALID_ARGUMENT) for a bad name, step or option.
+   * @throws {@link TemplateNotFoundError} (TEMPLATE_NOT_FOUND) when `from` names no template.
+   * @throws {@link KvmUnavailableError} (KVM_UNAVAILABLE) when this host cannot run a Linux guest.
+   * @throws {@link TorporError} TEMPLATE_BUILD_FAILED when a step fails (its output in the
+   *   message); IMAGE_NOT_FOUND, IMAGE_PLATFORM, IMAGE_INVALID, REGISTRY_AUTH,
+   *   REGISTRY_UNREACHABLE or BLOB_CORRUPT when the image cannot be fetched; OUT_OF_SPACE when
+   *   its files do not fit.
    */
   static async build(opts: TemplateBuildOpts): Promise<TemplateInfo> {
     const record = await buildTemplate(opts);
     return infoOfRecord(record, []);
   }
 
-  /** User templates, then the automatic ones (one entry per machine size). */
+  /**
+   * Every template: the user ones, then the automatic ones (one entry per machine size).
+   *
+   * @returns One {@link TemplateInfo} each (a record that cannot be read is left out).
+   */
   static async list(): Promise<TemplateInfo[]> {
     const home = torporHome();
     const out: TemplateInfo[] = [];
@@ -130,7 +168,14 @@ export class Template {
     return [...out, ...(await automaticTemplates(home))];
   }
 
-  /** One template; TEMPLATE_NOT_FOUND when there is none of that name. */
+  /**
+   * One template by name.
+   *
+   * @param name - A user template's name, 'base', or an automatic template's name.
+   * @returns Its info ('base' before its first use: the default size, no build yet).
+   * @throws {@link TemplateNotFoundError} (TEMPLATE_NOT_FOUND) when there is none of that name.
+   * @throws {@link InvalidArgumentError} (INVALID_ARGUMENT) for a malformed name.
+   */
   static async get(name: string): Promise<TemplateInfo> {
     checkString('name', name, { nonEmpty: true });
     checkTemplateName(name);
@@ -152,6 +197,12 @@ export class Template {
    * Removes a user template. Refused (TEMPLATE_IN_USE, naming them) while sandboxes or other
    * templates use its memory or disk, unless `force`: then its name goes, and its builds stay
    * on disk until nothing names them (a sandbox never loses its files to a remove).
+   *
+   * @param name - The user template's name.
+   * @param opts - `force`: remove the name even while it is used.
+   * @throws {@link TemplateNotFoundError} (TEMPLATE_NOT_FOUND) when there is none of that name.
+   * @throws {@link TorporError} TEMPLATE_IN_USE while it is used and `force` is not set.
+   * @throws {@link InvalidArgumentError} (INVALID_ARGUMENT) for an automatic template or a malformed name.
    */
   static async remove(name: string, opts: { force?: boolean } = {}): Promise<void> {
     checkString('name', name, { nonEmpty: true });

@@ -25,6 +25,7 @@ import type {
   NativeSnapshotResult,
 } from '../native-types.js';
 
+/** One virtio-blk disk of a {@link Machine}: a read-only base, overlays frozen by snapshots, and a copy-on-write top (docs/overlay.md). */
 export interface MachineDisk {
   /** Read-only base image ('' or omitted for an overlay-only disk). */
   base?: string;
@@ -37,13 +38,17 @@ export interface MachineDisk {
    *  its template's): the overlay takes it, the layers below read as zeros past their ends.
    *  Default: the largest layer's. Smaller than a layer: INVALID_ARGUMENT (never shrinks). */
   sizeBytes?: number;
+  /** The guest sees the disk read-only. */
   readOnly?: boolean;
+  /** The disk's serial, as the guest reads it (virtio-blk GET_ID, at most 20 bytes). */
   serial?: string;
 }
 
+/** What {@link Machine.create} builds: the kernel, the size, the devices. Only `kernel` is required. */
 export interface MachineOptions {
   /** Kernel: ELF with a PVH note, ELF64 (64-bit boot protocol) or bzImage. */
   kernel: string;
+  /** An initrd (initramfs) to load beside the kernel. */
   initrd?: string;
   /** Kernel command line; the virtio_mmio.device= entries are appended. */
   cmdline?: string;
@@ -51,6 +56,7 @@ export interface MachineOptions {
   vcpus?: number;
   /** Default 512. */
   memoryMiB?: number;
+  /** virtio-blk disks, in order (/dev/vda, /dev/vdb, ...). */
   disks?: MachineDisk[];
   /** Guest CID of a virtio-vsock device (3..0xfffffffe); omit for none. */
   vsockCid?: number;
@@ -68,7 +74,12 @@ export interface MachineOptions {
    * `backendSocket` connects it at build time, netAttach() later (a restored machine has none).
    * Without a backend the guest sees the link down.
    */
-  net?: { mac: string; backendSocket?: string };
+  net?: {
+    /** The guest's MAC address, '52:54:00:xx:xx:xx'. */
+    mac: string;
+    /** The backend's Unix socket (passt --socket), connected at build time. */
+    backendSocket?: string;
+  };
   /** Append the guest's serial output to this file. */
   consoleLog?: string;
   /** Bytes of console output kept for consoleTail(); default 64 KiB. */
@@ -77,17 +88,22 @@ export interface MachineOptions {
   kvmDevice?: string;
 }
 
+/** A machine's state ({@link NativeMachineState}). */
 export type MachineState = NativeMachineState;
+/** Why a machine ended ({@link NativeExitReason}). */
 export type ExitReason = NativeExitReason;
+/** A machine's counters ({@link NativeMachineStats}). */
 export type MachineStats = NativeMachineStats;
 /** What machine.snapshot() wrote. */
 export type SnapshotResult = NativeSnapshotResult;
 
+/** How {@link Machine.snapshot} captures. */
 export interface SnapshotOptions {
   /** Stop the machine once the generation is durable (default: it continues as it was). */
   stop?: boolean;
 }
 
+/** How {@link Machine.restore} rebuilds a machine from a snapshot directory. */
 export interface RestoreOptions {
   /** State of the restored machine: 'running' (default) or 'paused' (resume() it later). */
   state?: 'running' | 'paused';
@@ -190,6 +206,13 @@ export function toNativeConfig(opts: MachineOptions): NativeMachineConfig {
   return cfg;
 }
 
+/**
+ * The microVM itself, over the native addon: build or restore, start, pause, snapshot, stop. The
+ * level below {@link Sandbox} (no agent, no store); for tools and tests that drive a guest
+ * directly. Events: 'console' (serial output), 'exit' (state and reason), 'vsockKnock'.
+ * Errors: INVALID_ARGUMENT, KVM_UNAVAILABLE, BOOT_FAILED, GUEST_MEMORY, INVALID_STATE,
+ * SNAPSHOT_INVALID, SNAPSHOT_INCOMPATIBLE, IO_ERROR, MACHINE_FAILED.
+ */
 export class Machine extends EventEmitter<MachineEvents> {
   readonly #native: NativeMachine;
   // Lifecycle calls run one after another, in call order.
@@ -288,7 +311,12 @@ export class Machine extends EventEmitter<MachineEvents> {
    * TORPOR_RESTORE_POOL, else 2; 0 turns the pool off and drops idle shells. Returns the depth
    * and the shells idle now.
    */
-  static restorePool(opts: { depth?: number } = {}): { depth: number; idle: number } {
+  static restorePool(opts: { depth?: number } = {}): {
+    /** The depth now in force. */
+    depth: number;
+    /** Shells built and waiting now. */
+    idle: number;
+  } {
     if (opts.depth !== undefined) requireInt('depth', opts.depth, 0, 16);
     return loadNative().restorePool(opts.depth);
   }
@@ -427,6 +455,7 @@ export class Machine extends EventEmitter<MachineEvents> {
   pause(): Promise<void> {
     return this.#serial(() => this.#native.pause());
   }
+  /** Lets a paused machine's vCPUs run again. INVALID_STATE unless it is paused. */
   resume(): Promise<void> {
     return this.#serial(() => this.#native.resume());
   }
@@ -446,9 +475,11 @@ export class Machine extends EventEmitter<MachineEvents> {
     return stopped;
   }
 
+  /** Where the machine stands now. */
   get state(): MachineState {
     return this.#native.state();
   }
+  /** Why it ended; null while it has not. */
   get exitReason(): ExitReason | null {
     return this.#native.exitReason();
   }
@@ -610,6 +641,7 @@ export class Machine extends EventEmitter<MachineEvents> {
     return this.#native.readGuest(gpa, length);
   }
 
+  /** The machine's counters now (exits, timings, the vsock device's). */
   stats(): MachineStats {
     return this.#native.stats();
   }
