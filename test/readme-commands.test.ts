@@ -22,4 +22,11 @@ test('.ci/run runs them from the README of a fresh clone with an empty TORPOR_HO
   assert.not.match(ci, /^npm test$/m);
 });
 
+test('the README stays a user\'s document: under 15 KB, no dated run logs', () => {
+  const readme = readFileSync(join(packageRoot, 'README.md'), 'utf8');
+  assert.ok(Buffer.byteLength(readme) < 15 * 1024, `${Buffer.byteLength(readme)} bytes`);
+  assert.not.match(readme, /\(20\d\d-\d\d-\d\d \d\d:\d\d/, 'a timestamped run note');
+  assert.not.match(readme, /DESIGN §/);
+});
+
 test.run();

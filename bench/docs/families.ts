@@ -25,6 +25,8 @@ export interface Family {
   rerun: string;
   date: string;
   machine: string;
+  /** The machine without the run's load: what the README groups figures by. */
+  host: string;
   figures: Figure[];
   /** Extra lines under the table (context the JSON gives: where it ran, what was not measured). */
   notes: string[];
@@ -45,11 +47,11 @@ const KVM_KINDS: Record<string, string> = {
 };
 
 /** The machine a result was measured on, as the JSON records it; never guessed. */
-export function machineOf(json: Json): string {
+export function machineOf(json: Json, withLoad = true): string {
   const m = json.machine as Json | undefined;
   if (m && typeof m === 'object') {
     const kvm = KVM_KINDS[str(m.kvm) ?? ''] ?? 'KVM kind not recorded';
-    const load = Array.isArray(m.loadAverage) ? `, load average ${m.loadAverage[0]} -> ${m.loadAverage[1]}` : '';
+    const load = withLoad && Array.isArray(m.loadAverage) ? `, load average ${m.loadAverage[0]} -> ${m.loadAverage[1]}` : '';
     return `${str(m.cpu) ?? 'unknown CPU'}, ${m.cores} cores, ${m.memoryGiB} GiB, Linux ${str(m.kernel) ?? '?'}, ${kvm}, Node ${str(m.node) ?? '?'}${load}`;
   }
   const parts: string[] = [];
@@ -223,6 +225,7 @@ export function familyOf(spec: Spec, json: Json): Family {
     rerun: spec.rerun,
     date: str(json.date)?.slice(0, 10) ?? 'date not recorded',
     machine: machineOf(json),
+    host: machineOf(json, false),
     figures: (spec.figures ?? rows)(json),
     notes: spec.notes?.(json) ?? [],
   };

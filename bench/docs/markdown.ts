@@ -87,11 +87,11 @@ export function readmeBlock(families: Family[]): string {
     const fam = byId.get(h.family);
     const fig = fam?.figures.find((f) => h.figure.test(f.name));
     if (!fam || !fig) continue;
-    if (!machines.includes(fam.machine)) machines.push(fam.machine);
-    lines.push(`| ${h.label} | ${headlineFigure(fig)} | [${machines.indexOf(fam.machine) + 1}] ${fam.date} |`);
+    if (!machines.includes(fam.host)) machines.push(fam.host);
+    lines.push(`| ${h.label} | ${headlineFigure(fig)} | [${machines.indexOf(fam.host) + 1}] ${fam.date} |`);
   }
   return [
-    'The sandbox paths are measured with the test guest (guest/testvm) standing in for Linux. Every figure, its machine and how to rerun it:',
+    'The test guest (guest/testvm) stands in for Linux. Every figure, its machine and load, and how to rerun it:',
     '[docs/benchmarks.md](docs/benchmarks.md).',
     '',
     ...lines,
