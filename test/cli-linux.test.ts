@@ -3,12 +3,12 @@
 // status), `torpor shell` (a pty), each resuming the sandbox from memory and pausing it again.
 // Runs where a Linux guest can boot (a hardware-virtualization host, or the nested host of
 // `npm run test:linux`); elsewhere registered as skipped, category linux-guest, with the reason.
-import { spawn } from 'node:child_process';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
 import { Sandbox, linuxGuestSupport } from '../lib/sandbox/sandbox.js';
 import { NESTED } from './bounds.js';
+import { runTorpor } from './fixtures/cli.js';
 import { testUnless } from './skip-unless.js';
 
 const support = await linuxGuestSupport();
@@ -19,21 +19,7 @@ const BOOT = { boot: { timeoutMs: 180_000 }, memoryMiB: 256, vcpus: 1 };
 const CLI_MS = NESTED ? 300_000 : 60_000;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-function torpor(...args: string[]): Promise<{ status: number | null; stdout: string; stderr: string }> {
-  return new Promise((resolve, reject) => {
-    const c = spawn(process.execPath, ['bin/torpor.js', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    c.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
-    c.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-    const timer = setTimeout(() => c.kill('SIGKILL'), CLI_MS);
-    c.on('error', reject);
-    c.on('close', (status) => {
-      clearTimeout(timer);
-      resolve({ status, stdout, stderr });
-    });
-  });
-}
+const torpor = (...args: string[]) => runTorpor(CLI_MS, ...args);
 
 linuxTest('exec, logs and shell on a sandbox another process left paused: output, exit status, paused again, processes kept', async () => {
   const sbx = await Sandbox.create(BOOT);

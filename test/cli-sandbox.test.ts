@@ -3,12 +3,12 @@
 // test guest standing in for Linux (guest/testvm answers HELLO, PING, SYNC and RESUMED but runs
 // no programs: exec, shell and logs run in test/cli-linux.test.ts). TORPOR_HOME is a fresh
 // directory whose artifacts/ links to the real store.
-import { spawn } from 'node:child_process';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
 import { Sandbox } from '../lib/sandbox/sandbox.js';
 import { NESTED } from './bounds.js';
+import { runTorpor } from './fixtures/cli.js';
 import { privateHome, testvmSandboxTest } from './sandbox-home.js';
 import { testvmImage } from './vmm-guests.js';
 
@@ -24,28 +24,7 @@ const bootOpts = () => ({
   boot: { kernel, timeoutMs: 15_000, cmdlineExtra: 'testvm.agent_ready=1 testvm.count=1' },
 });
 
-interface CliRun {
-  status: number | null;
-  stdout: string;
-  stderr: string;
-}
-
-/** `torpor ...args` in a child process (asynchronously: this process's own sandboxes keep being served meanwhile). */
-function torpor(...args: string[]): Promise<CliRun> {
-  return new Promise((resolve, reject) => {
-    const c = spawn(process.execPath, ['bin/torpor.js', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    c.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
-    c.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-    const timer = setTimeout(() => c.kill('SIGKILL'), CLI_MS);
-    c.on('error', reject);
-    c.on('close', (status) => {
-      clearTimeout(timer);
-      resolve({ status, stdout, stderr });
-    });
-  });
-}
+const torpor = (...args: string[]) => runTorpor(CLI_MS, ...args);
 
 privateHome(test, 'torpor-cli-');
 
