@@ -29,8 +29,10 @@ test('invalid options are INVALID_ARGUMENT before anything starts', async () => 
       { bogus: true },
       { template: true },
       { template: '' },
-      'base',
+      42,
       { vcpus: '2' },
+      { cpuCount: 2, vcpus: 3 },
+      { memoryMB: 'lots' },
       { envs: 'A=1' },
       { timeoutMs: 1000, lifecycle: { onTimeout: 'explode' } },
       { network: { ports: [0] } },
@@ -43,6 +45,9 @@ test('invalid options are INVALID_ARGUMENT before anything starts', async () => 
       assert.ok(code('INVALID_ARGUMENT')(err), `${JSON.stringify(opts)} -> ${err}`);
     }
     assert.ok(code('TEMPLATE_NOT_FOUND')(await Sandbox.create({ template: 'nope' }).catch((e) => e)));
+    // E2B's form: the template first.
+    assert.ok(code('TEMPLATE_NOT_FOUND')(await Sandbox.create('nope', { timeoutMs: 1000 }).catch((e) => e)));
+    assert.ok(code('INVALID_ARGUMENT')(await Sandbox.create('nope', { template: 'other' }).catch((e) => e)));
     assert.equal(await readdir(home), [], 'nothing was created');
     // A directory as the kernel: there, but not a kernel. Refused before the host is looked at,
     // so on every host, with or without /dev/kvm.

@@ -22,6 +22,11 @@ export class IdleTimer {
     this.#last = Date.now();
   }
 
+  /** When it fires if nothing happens before (null once stopped). */
+  get deadline(): Date | null {
+    return this.#stopped ? null : new Date(this.#last + this.timeoutMs);
+  }
+
   stop(): void {
     this.#stopped = true;
     if (this.#timer) clearTimeout(this.#timer);

@@ -57,6 +57,13 @@ export interface SandboxInfo {
   timeoutMs?: number;
   /** What the timeout does: 'kill' or 'pause'. */
   onTimeout?: OnTimeout;
+  /** E2B's name for `template`. */
+  templateId: string;
+  /** E2B's name: when the sandbox's current run started (its last resume, else its creation). */
+  startedAt: Date;
+  /** E2B's name: when the lifecycle timeout ends this run if nothing happens before (the last
+   *  activity plus `timeoutMs`); only while this process runs it with a timeout. */
+  endAt?: Date;
 }
 
 export function infoOf(meta: SandboxMeta, state: SandboxState, ownerPid: number | null, generation: number, bytesOnDisk: number): SandboxInfo {
@@ -64,6 +71,8 @@ export function infoOf(meta: SandboxMeta, state: SandboxState, ownerPid: number 
     sandboxId: meta.id,
     state,
     template: meta.template,
+    templateId: meta.template,
+    startedAt: new Date(meta.resumedAt ?? meta.createdAt),
     metadata: { ...meta.metadata },
     resources: { cpu: meta.vcpus, memoryMb: meta.memoryMiB, diskMb: meta.diskMb ?? 0 },
     cpuCount: meta.vcpus,

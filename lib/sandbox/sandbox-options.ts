@@ -14,6 +14,44 @@ import { checkEnvs, checkInt, checkKnownKeys, checkObject, checkString, fail } f
 
 const OPT_KEYS = ['template', 'resources', 'vcpus', 'memoryMiB', 'envs', 'metadata', 'boot', 'timeoutMs', 'lifecycle', 'network'] as const;
 
+/** E2B's create options that mean nothing here (no service, no account): ignored, with a warning once per process. */
+const E2B_IGNORED = ['apiKey', 'domain', 'secure'] as const;
+const warned = new Set<string>();
+
+/**
+ * Sandbox.create's arguments as one options object: E2B's `create(template, opts)` form, and
+ * E2B's names `cpuCount`/`memoryMB` as the aliases `vcpus`/`memoryMiB` (the same value twice is
+ * fine, two different values are INVALID_ARGUMENT); E2B's keys with no meaning here are dropped
+ * with a one-time warning. Everything else is left for checkCreateOpts.
+ */
+export function normalizeCreateArgs(first: unknown, second: unknown): SandboxOpts {
+  let opts: Record<string, unknown>;
+  if (typeof first === 'string') {
+    checkObject('opts', second);
+    opts = { ...((second as Record<string, unknown> | undefined) ?? {}) };
+    if (opts.template !== undefined && opts.template !== first) fail('opts.template', `absent or equal to the template argument (${JSON.stringify(first)})`, opts.template);
+    opts.template = first;
+  } else {
+    if (second !== undefined) fail('opts', 'the only argument unless the first is a template name', second);
+    checkObject('opts', first);
+    opts = { ...((first as Record<string, unknown> | undefined) ?? {}) };
+  }
+  for (const [e2b, ours] of [['cpuCount', 'vcpus'], ['memoryMB', 'memoryMiB']] as const) {
+    if (!(e2b in opts)) continue;
+    if (opts[ours] !== undefined && opts[ours] !== opts[e2b]) fail(`opts.${e2b}`, `equal to opts.${ours} (${String(opts[ours])}) when both are given`, opts[e2b]);
+    if (opts[e2b] !== undefined) opts[ours] = opts[e2b];
+    delete opts[e2b];
+  }
+  for (const key of E2B_IGNORED) {
+    if (!(key in opts)) continue;
+    delete opts[key];
+    if (warned.has(key)) continue;
+    warned.add(key);
+    process.emitWarning(`Sandbox.create: E2B's option '${key}' has no meaning in torpor (sandboxes run in this process, not a service) and is ignored`, { code: 'TORPOR_E2B_OPTION' });
+  }
+  return opts as SandboxOpts;
+}
+
 export function checkCreateOpts(opts: SandboxOpts): void {
   checkObject('opts', opts);
   checkKnownKeys('opts', opts, OPT_KEYS);
@@ -46,18 +84,19 @@ export function checkConnectOpts(opts: ConnectOpts): void {
 }
 
 /** Sandbox.list's filters, from its own keys or E2B's `query`: the states wanted (null: any) and the metadata. */
-export function listFilter(opts: ListOpts & { query?: ListOpts }): { states: SandboxState[] | null; metadata: Record<string, string> | undefined } {
+export function listFilter(opts: ListOpts & { query?: ListOpts }): { states: SandboxState[] | null; metadata: Record<string, string> | undefined; limit: number } {
   checkObject('opts', opts);
-  checkKnownKeys('opts', opts, ['state', 'metadata', 'query']);
+  checkKnownKeys('opts', opts, ['state', 'metadata', 'query', 'limit']);
   const query: ListOpts | undefined = opts.query;
   checkObject('opts.query', query as unknown);
   checkKnownKeys('opts.query', query, ['state', 'metadata']);
+  checkInt('opts.limit', opts.limit, 1, 2 ** 31 - 1);
   const state = opts.state ?? query?.state;
   const metadata = opts.metadata ?? query?.metadata;
   checkEnvs('opts.metadata', metadata);
   const states = state === undefined ? null : Array.isArray(state) ? state : [state];
   for (const s of states ?? []) if (!isSandboxState(s)) fail('opts.state', `one of ${SANDBOX_STATES.join(', ')}`, s);
-  return { states, metadata };
+  return { states, metadata, limit: opts.limit ?? 100 };
 }
 
 export function checkSetTimeout(timeoutMs: number, opts: { onTimeout?: unknown }): void {

@@ -35,11 +35,12 @@ import { IdleTimer } from './idle-timer.js';
 import { infoOf, type SandboxInfo } from './info.js';
 import { Lifecycle, type SandboxState } from './lifecycle.js';
 import { SANDBOX_BUSY, addLive, dropLive, liveSandbox } from './live.js';
+import { SandboxPaginator } from './paginator.js';
 import { pausedMeta, recordPaused, syncBeforeCapture } from './pause.js';
 import { installSignalHandlers, registerRunning, unregisterRunning } from './process-exit.js';
 import type { Pty } from './pty.js';
 import { resume, type ConnectOpts, type Running } from './resume.js';
-import { checkConnectOpts, checkCreateOpts, checkSetTimeout, commandDefaultsOf, listFilter } from './sandbox-options.js';
+import { checkConnectOpts, checkCreateOpts, checkSetTimeout, commandDefaultsOf, listFilter, normalizeCreateArgs } from './sandbox-options.js';
 import { checkInt } from './validate.js';
 
 export type { ConnectOpts } from './resume.js';
@@ -71,6 +72,17 @@ export interface SandboxOpts {
   vcpus?: number;
   /** Alias of resources.memoryMb. */
   memoryMiB?: number;
+  /** E2B's name for resources.cpu. */
+  cpuCount?: number;
+  /** E2B's name for resources.memoryMb. */
+  memoryMB?: number;
+  /** E2B's options with no meaning here (there is no service to reach): accepted and ignored,
+   *  with a one-time warning, so E2B code runs unchanged. */
+  apiKey?: unknown;
+  /** See `apiKey`. */
+  domain?: unknown;
+  /** See `apiKey`. */
+  secure?: unknown;
   /** Environment every command of this sandbox gets (a command's own envs win). */
   envs?: Record<string, string>;
   /** Your own labels, stored in meta.json. */
@@ -117,6 +129,8 @@ export interface PauseResult {
 
 /** Sandbox.list's filters. */
 export interface ListOpts {
+  /** Sandboxes per page of the paginator's `nextItems()` (E2B's option; default 100). */
+  limit?: number;
   /** Only sandboxes in this state, or in one of these states. */
   state?: SandboxState | SandboxState[];
   /** Only sandboxes whose metadata has every one of these keys with these values. */
@@ -268,7 +282,11 @@ export class Sandbox implements AsyncDisposable {
    * @throws {@link TorporError} KERNEL_INVALID for a kernel file that is not a bootable kernel;
    *   BOOT_FAILED, or {@link GuestUnresponsiveError} (GUEST_UNRESPONSIVE) when the guest did not come up.
    */
-  static async create(opts: SandboxOpts = {}): Promise<Sandbox> {
+  static async create(opts?: SandboxOpts): Promise<Sandbox>;
+  /** E2B's form: the template by name first (`Sandbox.create('node22', { timeoutMs })`). */
+  static async create(template: string, opts?: SandboxOpts): Promise<Sandbox>;
+  static async create(first: string | SandboxOpts = {}, second?: SandboxOpts): Promise<Sandbox> {
+    const opts = normalizeCreateArgs(first, second);
     checkCreateOpts(opts);
     const template = typeof opts.template === 'string' ? opts.template : 'base';
     const sizes = mergeResourceAliases(opts.resources, opts.vcpus, opts.memoryMiB);
@@ -463,16 +481,24 @@ export class Sandbox implements AsyncDisposable {
    * @param opts - The filters; none lists them all.
    * @returns One {@link SandboxInfo} per sandbox (a directory that cannot be read is left out).
    */
-  static async list(opts: ListOpts & { query?: ListOpts } = {}): Promise<SandboxInfo[]> {
-    const { states: want, metadata } = listFilter(opts);
-    const out: SandboxInfo[] = [];
-    for (const id of await sandboxIds()) {
-      const info = await Sandbox.getInfo(id).catch(() => null);
-      if (!info || (want && !want.includes(info.state))) continue;
-      if (metadata && !Object.entries(metadata).every(([k, v]) => info.metadata[k] === v)) continue;
-      out.push(info);
+  static list(opts: ListOpts & { query?: ListOpts } = {}): SandboxPaginator {
+    let filter: ReturnType<typeof listFilter>;
+    try {
+      filter = listFilter(opts);
+    } catch (err) {
+      return new SandboxPaginator(() => Promise.reject(err), 1); // refused when used, as an async list() was
     }
-    return out;
+    const { states: want, metadata, limit } = filter;
+    return new SandboxPaginator(async () => {
+      const out: SandboxInfo[] = [];
+      for (const id of await sandboxIds()) {
+        const info = await Sandbox.getInfo(id).catch(() => null);
+        if (!info || (want && !want.includes(info.state))) continue;
+        if (metadata && !Object.entries(metadata).every(([k, v]) => info.metadata[k] === v)) continue;
+        out.push(info);
+      }
+      return out;
+    }, limit);
   }
 
   /**
@@ -530,7 +556,10 @@ export class Sandbox implements AsyncDisposable {
   /** This sandbox's info (state as this process knows it). */
   async getInfo(): Promise<SandboxInfo> {
     const running = this.#run !== null;
-    return infoOf(this.#meta, this.#life.state, running ? process.pid : null, this.#meta.generation ?? 0, await this.#dir.bytesOnDisk());
+    const info = infoOf(this.#meta, this.#life.state, running ? process.pid : null, this.#meta.generation ?? 0, await this.#dir.bytesOnDisk());
+    const endAt = this.#idle?.deadline;
+    if (endAt) info.endAt = endAt;
+    return info;
   }
 
   /**
