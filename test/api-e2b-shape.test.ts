@@ -100,4 +100,34 @@ kvmTest("list() pages with hasNext/nextItems, iterates, awaits as an array; info
   }
 });
 
+kvmTest('pause leaves the object usable: resume() and connect() continue the same object; a stale one refuses with a code', async () => {
+  const sbx = await Sandbox.create({ ...testGuest, memoryMB: 64, cpuCount: 1 });
+  const id = sbx.sandboxId;
+  try {
+    await sbx.pause();
+    assert.is(await sbx.resume(), sbx);
+    assert.is(sbx.state, 'running');
+    assert.is((await sbx.getInfo()).resumedFrom, 'memory');
+    assert.is(await sbx.resume(), sbx, 'a running sandbox resolves at once');
+    await sbx.pause();
+    assert.is(await sbx.connect(), sbx, "E2B's instance connect");
+    assert.is(sbx.state, 'running');
+
+    // Sandbox.connect(id) after a pause makes the object that holds it from then on: the old one is stale.
+    await sbx.pause();
+    const other = await Sandbox.connect(id);
+    assert.is.not(other, sbx);
+    const stale = await sbx.resume().catch((e: unknown) => e);
+    assert.ok(stale instanceof TorporError && stale.code === 'INVALID_STATE', String(stale));
+    assert.match((stale as Error).message, /another Sandbox object/);
+    assert.ok(other.isRunning(), 'the stale object touched nothing');
+
+    await other.kill();
+    const killed = await other.resume().catch((e: unknown) => e);
+    assert.ok(killed instanceof TorporError && killed.code === 'INVALID_STATE', String(killed));
+  } finally {
+    await Sandbox.kill(id).catch(() => undefined);
+  }
+});
+
 test.run();

@@ -42,7 +42,7 @@ test('the states and their transitions (docs/architecture.md#lifecycle)', () => 
     }
   })();
   assert.ok(req instanceof TorporError && req.code === 'INVALID_STATE');
-  assert.match((req as Error).message, /needs sandbox sbx_0 to be running; it is paused\. Call Sandbox\.connect\(sandboxId\)/);
+  assert.match((req as Error).message, /needs sandbox sbx_0 to be running; it is paused\. Call sbx\.resume\(\) or Sandbox\.connect\(sandboxId\)/);
   assert.equal(seen, ['running->pausing', 'pausing->paused']);
 });
 

@@ -71,7 +71,7 @@ export class Lifecycle {
     if (states.includes(this.#state)) return;
     const hint =
       this.#state === 'paused'
-        ? ' Call Sandbox.connect(sandboxId) to continue it.'
+        ? ' Call sbx.resume() or Sandbox.connect(sandboxId) to continue it.'
         : this.#state === 'killed'
           ? ' It was killed; create a new sandbox.'
           : '';

@@ -475,6 +475,53 @@ export class Sandbox implements AsyncDisposable {
     }
   }
 
+  /**
+   * Continues this paused sandbox in place (E2B's `sbx.connect()`): the same object runs again, from memory, or booted from
+   * its disk when the memory image cannot be restored (`getInfo().resumedFrom` says which). A
+   * running sandbox resolves at once.
+   *
+   * @param opts - As for {@link Sandbox.connect}.
+   * @returns This sandbox, running.
+   * @throws {@link IllegalTransitionError} (INVALID_STATE) once it was killed or failed.
+   * @throws {@link SandboxBusyError} (SANDBOX_BUSY) when another process connected to it meanwhile.
+   * @throws {@link SandboxNotFoundError} (SANDBOX_NOT_FOUND) when its directory was removed.
+   */
+  async resume(opts: ConnectOpts = {}): Promise<this> {
+    checkConnectOpts(opts);
+    if (this.#pausing) await this.#pausing.catch(() => undefined);
+    if (this.#life.state === 'running') return this;
+    this.#life.require('resume()', 'paused');
+    // Sandbox.connect(id) made another object for it since: that one is the sandbox now.
+    if (liveSandbox(this.sandboxId) !== this) {
+      throw new TorporError('INVALID_STATE', `sandbox ${this.sandboxId} is held by another Sandbox object in this process (made by Sandbox.connect); use that one`);
+    }
+    const dir = this.#dir;
+    if (!(await dir.exists())) throw new SandboxNotFoundError(`sandbox ${this.sandboxId} was removed (${dir.path})`);
+    const taken = await takeOwnerLock(dir.lockPath);
+    if (!taken.ok) throw SANDBOX_BUSY(this.sandboxId, taken.ownerPid);
+    this.#life.to('resuming');
+    try {
+      const { meta, run } = await resume(dir, await dir.readMeta(), taken.lock, opts);
+      this.#meta = meta;
+      this.#run = run;
+      this.#adopt(run);
+      this.#life.to('running');
+      this.#armTimeout();
+      registerRunning(this);
+      addLive(this);
+      return this;
+    } catch (err) {
+      await taken.lock.release().catch(() => undefined);
+      if (this.#life.state === 'resuming') this.#life.to('paused');
+      throw err;
+    }
+  }
+
+  /** E2B's name for {@link Sandbox.resume} on an instance. */
+  connect(opts: ConnectOpts = {}): Promise<this> {
+    return this.resume(opts);
+  }
+
   /** The sandboxes under TORPOR_HOME, optionally only those in a state (or states) and with
    *  the given metadata; `{ query: { state, metadata } }` (E2B's shape) works too.
    *
