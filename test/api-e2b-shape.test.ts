@@ -130,4 +130,35 @@ kvmTest('pause leaves the object usable: resume() and connect() continue the sam
   }
 });
 
+kvmTest('events: paused and resumed with their cause, the idle timeout saying so, killed, and exit when the guest dies', async () => {
+  const sbx = await Sandbox.create({ ...testGuest, memoryMB: 64, cpuCount: 1 });
+  const seen: string[] = [];
+  sbx.on('paused', (e) => seen.push(`paused ${e.cause} ${e.generation}`));
+  sbx.on('resumed', (e) => seen.push(`resumed ${e.from}`));
+  sbx.on('killed', (e) => seen.push(`killed ${e.cause}`));
+  try {
+    await sbx.pause();
+    await sbx.resume();
+    await sbx.setTimeout(300, { onTimeout: 'pause' });
+    // The idle timer does not keep the process alive (beforeExit would pause it first): this does.
+    const alive = setInterval(() => undefined, 1000);
+    const idle = await new Promise((r) => sbx.once('paused', r)).finally(() => clearInterval(alive));
+    assert.equal(idle, { sandboxId: sbx.sandboxId, generation: 2, cause: 'timeout' });
+    await sbx.resume();
+    await sbx.kill();
+    assert.equal(seen, ['paused call 1', 'resumed memory', 'paused timeout 2', 'resumed memory', 'killed call']);
+
+    const dies = await Sandbox.create({ ...testGuest, memoryMB: 64, cpuCount: 1 });
+    const exited = new Promise<{ state: string; kind: string }>((r) => dies.once('exit', r));
+    (dies as unknown as { machine: { consoleWrite(s: string): void } }).machine.consoleWrite('triple\n');
+    const alive2 = setInterval(() => undefined, 1000);
+    const exit = await exited.finally(() => clearInterval(alive2));
+    assert.is(exit.kind, 'triple-fault');
+    assert.is(dies.state, 'failed');
+    await dies.kill();
+  } finally {
+    await Sandbox.kill(sbx.sandboxId).catch(() => undefined);
+  }
+});
+
 test.run();

@@ -13,6 +13,7 @@
 // connect(): resume.ts. pause(): pause.ts. A process that ends with it running: exit-capture.ts.
 // Which sandboxes this process holds: live.ts. pause() / connect(): docs/sandbox-lifecycle.md.
 // States and transitions: lifecycle.ts.
+import { EventEmitter } from 'node:events';
 import { existsSync } from 'node:fs';
 
 import { InvalidArgumentError, KvmUnavailableError, SandboxNotFoundError, TemplateNotFoundError, TorporError } from '../errors.js';
@@ -144,7 +145,25 @@ export interface ListOpts {
  * it. `await using sbx = await Sandbox.create()` kills it at the end of the scope.
  * docs/sandbox-lifecycle.md explains the states and what survives a pause.
  */
-export class Sandbox implements AsyncDisposable {
+/** Why the sandbox paused or was killed: a call of yours, or its idle timeout. */
+export type SandboxEventCause = 'call' | 'timeout';
+
+/** What a Sandbox emits (it is a typed EventEmitter). */
+export interface SandboxEvents {
+  /** The sandbox paused (by `pause()`, or its idle timeout with `onTimeout: 'pause'`). */
+  paused: [event: { sandboxId: string; generation: number; cause: SandboxEventCause }];
+  /** The paused object continued (`resume()` / `connect()`), from memory or from its disk. */
+  resumed: [event: { sandboxId: string; from: 'memory' | 'disk' }];
+  /** The sandbox was killed (by `kill()`, `Sandbox.kill(id)` in this process, or its idle timeout). */
+  killed: [event: { sandboxId: string; cause: SandboxEventCause }];
+  /** The guest or its machine ended by itself (a panic, a reset, a poweroff): the sandbox failed. */
+  exit: [event: { sandboxId: string; state: string; kind: string; message: string }];
+  /** Something failed with no caller to tell: the idle timeout's pause or kill. Without an
+   *  'error' listener it is reported as a process warning instead (never an uncaught error). */
+  error: [error: Error];
+}
+
+export class Sandbox extends EventEmitter<SandboxEvents> implements AsyncDisposable {
   /** The sandbox's id: its directory's name under TORPOR_HOME, what connect, getInfo and kill take. */
   readonly sandboxId: string;
   /** Runs processes in the guest. */
@@ -166,8 +185,11 @@ export class Sandbox implements AsyncDisposable {
   #internal = false;
   /** The pause in progress: connect and kill in this process wait for it. */
   #pausing: Promise<PauseResult> | null = null;
+  /** Set while the idle timeout acts, so the events it causes say so. */
+  #cause: SandboxEventCause = 'call';
 
   private constructor(dir: SandboxDir, meta: SandboxMeta, run: Running) {
+    super();
     this.sandboxId = dir.id;
     this.dir = dir.path;
     this.#dir = dir;
@@ -253,7 +275,15 @@ export class Sandbox implements AsyncDisposable {
       this.#idle?.stop();
       this.#life.to('failed');
       unregisterRunning(this);
+      this.emit('exit', { sandboxId: this.sandboxId, state, kind: reason.kind, message: reason.message });
     });
+  }
+
+  /** An 'error' event when someone listens; a process warning otherwise (an 'error' event with no
+   *  listener would throw, and no caller is waiting for this failure). */
+  #reportError(err: Error): void {
+    if (this.listenerCount('error') > 0) this.emit('error', err);
+    else process.emitWarning(`sandbox ${this.sandboxId}: ${err.message}`, { code: 'TORPOR_SANDBOX_ERROR' });
   }
 
   #armTimeout(): void {
@@ -263,8 +293,10 @@ export class Sandbox implements AsyncDisposable {
     if (!ms) return;
     this.#idle = new IdleTimer(ms, () => {
       if (this.#life.state !== 'running') return;
-      const act = this.#meta.onTimeout === 'pause' ? this.pause() : this.kill();
-      act.catch(() => undefined);
+      this.#cause = 'timeout';
+      const act = this.#meta.onTimeout === 'pause' ? this.pause() : this.#kill('timeout');
+      this.#cause = 'call';
+      act.catch((err: unknown) => this.#reportError(err instanceof Error ? err : new Error(String(err))));
     });
     this.#idle.start();
   }
@@ -328,7 +360,9 @@ export class Sandbox implements AsyncDisposable {
     } catch (err) {
       return Promise.reject(err);
     }
+    const cause = this.#cause;
     const p = this.#pauseNow();
+    p.then((r) => this.emit('paused', { sandboxId: this.sandboxId, generation: r.generation, cause }), () => undefined);
     this.#pausing = p;
     const clear = () => {
       if (this.#pausing === p) this.#pausing = null;
@@ -509,6 +543,7 @@ export class Sandbox implements AsyncDisposable {
       this.#armTimeout();
       registerRunning(this);
       addLive(this);
+      this.emit('resumed', { sandboxId: this.sandboxId, from: meta.resumedFrom ?? 'memory' });
       return this;
     } catch (err) {
       await taken.lock.release().catch(() => undefined);
@@ -642,8 +677,11 @@ export class Sandbox implements AsyncDisposable {
     return true;
   }
 
-  #markKilled(): void {
-    if (this.#life.state !== 'killed') this.#life.to('killed');
+  #markKilled(cause: SandboxEventCause = 'call'): void {
+    if (this.#life.state !== 'killed') {
+      this.#life.to('killed');
+      this.emit('killed', { sandboxId: this.sandboxId, cause });
+    }
     this.#idle?.stop();
     unregisterRunning(this);
     dropLive(this);
@@ -686,18 +724,22 @@ export class Sandbox implements AsyncDisposable {
   /** Stops the machine and deletes the sandbox's files. Idempotent. A paused sandbox is removed
    *  as Sandbox.kill(id) removes it (SANDBOX_BUSY when another process has connected to it). */
   async kill(): Promise<void> {
+    return this.#kill('call');
+  }
+
+  async #kill(cause: SandboxEventCause): Promise<void> {
     // A pause in progress finishes first (its capture is never cut off half-way).
     if (this.#pausing) await this.#pausing.catch(() => undefined);
     const st = this.#life.state;
     if (st === 'killed') return;
     if (st === 'paused' || (st === 'failed' && !this.#run)) {
       await Sandbox.kill(this.sandboxId);
-      this.#markKilled();
+      this.#markKilled(cause);
       return;
     }
     const run = this.#run;
     this.#run = null;
-    this.#markKilled();
+    this.#markKilled(cause);
     if (!run) return;
     run.guest.machine.captureOnTeardown(null);
     try {
