@@ -144,7 +144,7 @@ export class CommandOutput {
  * output so far, `wait()` for its end, `kill()`, stdin. `disconnect()` stops watching it and
  * leaves it running.
  */
-export class CommandHandle {
+export class CommandHandle implements AsyncDisposable {
   /** Its pid in the guest. */
   readonly pid: number;
   private readonly out: OutputBuffer;
@@ -273,6 +273,13 @@ export class CommandHandle {
 
   /** Stops receiving output; the process keeps running (reattach with commands.connect). */
   async disconnect(): Promise<void> {
+    this.session.detach();
+  }
+
+  /** What `await using` does at the end of its scope: kills the process if it still runs (its
+   *  process group, SIGKILL) and stops receiving. Call `disconnect()` instead to leave it running. */
+  async [Symbol.asyncDispose](): Promise<void> {
+    if (this.exit === undefined) await this.kill().catch(() => false);
     this.session.detach();
   }
 

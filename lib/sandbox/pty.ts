@@ -43,8 +43,8 @@ export interface PtyCreateOpts extends PtySize {
   requestTimeoutMs?: number;
 }
 
-/** A program running on a terminal, as {@link Pty.create} returns it. */
-export interface PtyHandle {
+/** A program running on a terminal, as {@link Pty.create} returns it; `await using` kills it at the end of its scope. */
+export interface PtyHandle extends AsyncDisposable {
   /** The program's pid in the guest. */
   pid: number;
   /** Types into the terminal (keys, as text or bytes). */
@@ -126,6 +126,7 @@ export class Pty {
       kill: () => handle.kill(),
       wait: () => handle.wait(),
       disconnect: () => handle.disconnect(),
+      [Symbol.asyncDispose]: () => handle[Symbol.asyncDispose](),
     };
   }
 

@@ -24,6 +24,8 @@ export interface ConnectOpts {
   restoreTimeoutMs?: number;
   /** How long a boot from disk waits for the agent (default 30 s). */
   bootTimeoutMs?: number;
+  /** What `await using` does with the connected sandbox: 'kill' (default) or 'pause'. */
+  onDispose?: 'kill' | 'pause';
 }
 
 /** What a running sandbox is made of; replaced whole after a resume. */

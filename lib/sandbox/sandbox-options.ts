@@ -12,7 +12,11 @@ import type { ConnectOpts } from './resume.js';
 import type { ListOpts, SandboxOpts } from './sandbox.js';
 import { checkEnvs, checkInt, checkKnownKeys, checkObject, checkString, fail } from './validate.js';
 
-const OPT_KEYS = ['template', 'resources', 'vcpus', 'memoryMiB', 'envs', 'metadata', 'boot', 'timeoutMs', 'lifecycle', 'network'] as const;
+const OPT_KEYS = ['template', 'resources', 'vcpus', 'memoryMiB', 'envs', 'metadata', 'boot', 'timeoutMs', 'lifecycle', 'network', 'onDispose'] as const;
+
+function checkOnDispose(what: unknown): void {
+  if (what !== undefined && what !== 'kill' && what !== 'pause') fail('opts.onDispose', "'kill' or 'pause'", what);
+}
 
 /** E2B's create options that mean nothing here (no service, no account): ignored, with a warning once per process. */
 const E2B_IGNORED = ['apiKey', 'domain', 'secure'] as const;
@@ -73,11 +77,13 @@ export function checkCreateOpts(opts: SandboxOpts): void {
   checkInt('opts.boot.timeoutMs', opts.boot?.timeoutMs, 1, 2 ** 31 - 1);
   if (opts.boot?.kernel !== undefined && !existsSync(opts.boot.kernel)) fail('opts.boot.kernel', 'an existing file', opts.boot.kernel);
   resolveNetwork('opts.network', opts.network);
+  checkOnDispose(opts.onDispose);
 }
 
 export function checkConnectOpts(opts: ConnectOpts): void {
   checkObject('opts', opts);
-  checkKnownKeys('opts', opts, ['onResume', 'restoreTimeoutMs', 'bootTimeoutMs']);
+  checkKnownKeys('opts', opts, ['onResume', 'restoreTimeoutMs', 'bootTimeoutMs', 'onDispose']);
+  checkOnDispose(opts.onDispose);
   if (opts.onResume !== undefined && opts.onResume !== 'restore' && opts.onResume !== 'reboot') fail('opts.onResume', "'restore' or 'reboot'", opts.onResume);
   checkInt('opts.restoreTimeoutMs', opts.restoreTimeoutMs, 1, 2 ** 31 - 1);
   checkInt('opts.bootTimeoutMs', opts.bootTimeoutMs, 1, 2 ** 31 - 1);

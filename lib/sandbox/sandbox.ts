@@ -73,6 +73,9 @@ export interface SandboxOpts {
   vcpus?: number;
   /** Alias of resources.memoryMb. */
   memoryMiB?: number;
+  /** What `await using` does at the end of its scope: 'kill' (default: the sandbox and its files
+   *  go) or 'pause' (it stays, paused, for a later connect). */
+  onDispose?: 'kill' | 'pause';
   /** E2B's name for resources.cpu. */
   cpuCount?: number;
   /** E2B's name for resources.memoryMb. */
@@ -187,6 +190,7 @@ export class Sandbox extends EventEmitter<SandboxEvents> implements AsyncDisposa
   #pausing: Promise<PauseResult> | null = null;
   /** Set while the idle timeout acts, so the events it causes say so. */
   #cause: SandboxEventCause = 'call';
+  #onDispose: 'kill' | 'pause' = 'kill';
 
   private constructor(dir: SandboxDir, meta: SandboxMeta, run: Running) {
     super();
@@ -339,7 +343,9 @@ export class Sandbox extends EventEmitter<SandboxEvents> implements AsyncDisposa
       throw new KvmUnavailableError(`cannot start a Linux sandbox on this host: ${artifacts.notes.join(' ')}`);
     }
     const { dir, meta, run } = await startSandbox(opts, { template, user, sizes, artifacts });
-    return new Sandbox(dir, meta, run);
+    const sbx = new Sandbox(dir, meta, run);
+    if (opts.onDispose) sbx.#onDispose = opts.onDispose;
+    return sbx;
   }
 
   /**
@@ -502,7 +508,9 @@ export class Sandbox extends EventEmitter<SandboxEvents> implements AsyncDisposa
     const lock = taken.lock;
     try {
       const { meta, run } = await resume(dir, await dir.readMeta(), lock, opts);
-      return new Sandbox(dir, meta, run);
+      const sbx = new Sandbox(dir, meta, run);
+      if (opts.onDispose) sbx.#onDispose = opts.onDispose;
+      return sbx;
     } catch (err) {
       await lock.release().catch(() => undefined);
       throw err;
@@ -525,6 +533,7 @@ export class Sandbox extends EventEmitter<SandboxEvents> implements AsyncDisposa
     if (this.#pausing) await this.#pausing.catch(() => undefined);
     if (this.#life.state === 'running') return this;
     this.#life.require('resume()', 'paused');
+    if (opts.onDispose) this.#onDispose = opts.onDispose;
     // Sandbox.connect(id) made another object for it since: that one is the sandbox now.
     if (liveSandbox(this.sandboxId) !== this) {
       throw new TorporError('INVALID_STATE', `sandbox ${this.sandboxId} is held by another Sandbox object in this process (made by Sandbox.connect); use that one`);
@@ -753,9 +762,20 @@ export class Sandbox extends EventEmitter<SandboxEvents> implements AsyncDisposa
     }
   }
 
-  /** Kills the sandbox: what `await using` calls at the end of its scope. */
+  /** What `await using` does at the end of its scope: kills the sandbox (its files are deleted),
+   *  or pauses it when it was created or connected with `onDispose: 'pause'`. */
   async [Symbol.asyncDispose](): Promise<void> {
-    await this.kill();
+    if (this.#onDispose === 'pause' && this.#life.state === 'running') await this.pause();
+    else if (this.#onDispose === 'kill') await this.kill();
+  }
+
+  /** What `await using` does with this sandbox from now on: 'kill' (the default) or 'pause'. */
+  set onDispose(what: 'kill' | 'pause') {
+    if (what !== 'kill' && what !== 'pause') throw new InvalidArgumentError(`onDispose must be 'kill' or 'pause'; got ${JSON.stringify(what)}`);
+    this.#onDispose = what;
+  }
+  get onDispose(): 'kill' | 'pause' {
+    return this.#onDispose;
   }
 }
 

@@ -52,7 +52,7 @@ export interface WatchOpts {
 export const DEFAULT_WATCH_TIMEOUT_MS = 60_000;
 
 /** A directory watch, as {@link Files.watchDir} returns it: it lasts until `stop()`, its timeout, or the directory's removal. */
-export class WatchHandle {
+export class WatchHandle implements AsyncDisposable {
   private stream!: RequestStream;
   private watchId: number | undefined;
   private nextSeq = 1;
@@ -116,6 +116,11 @@ export class WatchHandle {
   }
 
   /** Stops watching (the agent drops the watch). */
+  /** What `await using` does at the end of its scope: stop(). */
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.stop();
+  }
+
   async stop(): Promise<void> {
     if (this.ended) return;
     this.stream.cancel();

@@ -14,6 +14,8 @@ import { type SuiteState, distinctSkips, emptyState, readState, readWedges, resu
  *  test/nested-suite.test.ts fails for a test file that can skip for lack of KVM and is missing. */
 export const KVM_FILES = [
   'agent-testvm',
+  'api-dispose',
+  'api-e2b-shape',
   'api-e2b-linux',
   'cli-linux',
   'cli-sandbox',
