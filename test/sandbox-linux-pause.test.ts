@@ -143,6 +143,40 @@ linuxTest(`a python3 holding state only in memory answers over stdin after resum
   }
 });
 
+linuxTest('an owner SIGKILLed after writing and syncing a file: connect boots the disk it last wrote by default, the file is there; getInfo says so', async () => {
+  const sbx = await Sandbox.create(BOOT);
+  const id = sbx.sandboxId;
+  try {
+    await sbx.files.write('/home/user/before.txt', 'before the pause\n');
+    await sbx.pause();
+    const path = '/home/user/after-connect.txt';
+    const c = spawn(process.execPath, ['--import', 'tsx', 'test/fixtures/linux-pause-child.ts', 'write-sync-hold', id, path], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    let err = '';
+    c.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    c.stderr.on('data', (d: Buffer) => (err += d.toString()));
+    const exited = new Promise((r) => c.once('exit', r));
+    for (let i = 0; i < 3000 && !out.includes('"written"') && c.exitCode === null; i++) await sleep(100);
+    assert.ok(out.includes('"written"'), `the child wrote and synced its file (${out} ${err})`);
+    c.kill('SIGKILL');
+    await exited;
+    const back = await Sandbox.connect(id, CONNECT);
+    try {
+      const info = await back.getInfo();
+      assert.is(info.resumedFrom, 'disk', info.resumeReason);
+      assert.is(info.lost, 'processes');
+      assert.match(info.resumeReason ?? '', /died: booted the disk its machine last wrote/);
+      assert.ok(info.lostInterval);
+      assert.is(await back.files.read(path), roundFile(path), 'the file the dead owner synced');
+      assert.is(await back.files.read('/home/user/before.txt'), 'before the pause\n');
+    } finally {
+      await back.kill();
+    }
+  } finally {
+    await Sandbox.kill(id).catch(() => undefined);
+  }
+});
+
 linuxTest(`SIGKILL of a process pausing a sandbox at random moments (${KILL_ROUNDS} rounds): connect always works, every file synced before the last completed pause intact`, async () => {
   const sbx = await Sandbox.create(BOOT);
   const id = sbx.sandboxId;

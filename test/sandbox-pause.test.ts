@@ -223,10 +223,12 @@ kvmTest('one owner: SANDBOX_BUSY naming the owner pid; SIGKILL of the owner free
     const stale = await Sandbox.getInfo(id);
     assert.is(stale.state, 'paused', 'a dead owner: connect will recover it');
     assert.is(stale.ownerPid, null);
-    const back = await Sandbox.connect(id);
+    // onOwnerDeath: 'memory': the last generation, its processes going on (files written since are lost).
+    const back = await Sandbox.connect(id, { onOwnerDeath: 'memory' });
     try {
       const info = await back.getInfo();
       assert.is(info.resumedFrom, 'memory');
+      assert.is(info.lost, 'processes-and-files');
       assert.ok(info.lostInterval, 'the lost interval is reported');
       assert.ok(info.lostInterval!.to.getTime() >= t0 && info.lostInterval!.from.getTime() <= info.lostInterval!.to.getTime());
       assert.ok(guestStatus(back).counter > 100);
@@ -241,6 +243,41 @@ kvmTest('one owner: SANDBOX_BUSY naming the owner pid; SIGKILL of the owner free
       holder.kill('SIGKILL');
       await gone;
     }
+    await Sandbox.kill(id).catch(() => undefined);
+  }
+});
+
+kvmTest("an owner SIGKILLed after writing a block: connect boots the disk its machine last wrote by default (the block is there), and says so", async () => {
+  const sbx = await Sandbox.create(bootOpts());
+  const id = sbx.sandboxId;
+  await until(() => counter(sbx) > 100, 'the guest counting');
+  await sbx.pause();
+  const holder = spawn(process.execPath, ['--import', 'tsx', 'test/fixtures/sandbox-child.ts', 'write-and-hold', id, '640000'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  try {
+    let out = '';
+    holder.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    await until(() => out.includes('written'), 'the child writing its block', CHILD_MS);
+    const exited = new Promise((r) => holder.once('exit', r));
+    holder.kill('SIGKILL');
+    await exited;
+    const back = await Sandbox.connect(id);
+    try {
+      const info = await back.getInfo();
+      assert.is(info.resumedFrom, 'disk', info.resumeReason);
+      assert.match(info.resumeReason ?? '', new RegExp(`owner \\(pid ${holder.pid}\\) died: booted the disk`));
+      assert.is(info.lost, 'processes');
+      assert.ok(info.lostInterval);
+      assert.match(await testvmCommandByEvents(internals(back).machine, 'blk-verify 640000 0x7e57 8', 'blk-verify', 60_000), /^blk-verify=ok/, 'the block the dead owner wrote and flushed');
+      // It goes on from there: pause and connect as usual.
+      await back.pause();
+      const again = await Sandbox.connect(id);
+      assert.match(await testvmCommandByEvents(internals(again).machine, 'blk-verify 640000 0x7e57 8', 'blk-verify', 60_000), /^blk-verify=ok/);
+      await again.kill();
+    } finally {
+      await back.kill().catch(() => undefined);
+    }
+  } finally {
+    holder.kill('SIGKILL');
     await Sandbox.kill(id).catch(() => undefined);
   }
 });

@@ -47,6 +47,9 @@ export interface SandboxInfo {
     /** When the connect recovered it. */
     to: Date;
   };
+  /** What the dead owner's interval (`lostInterval`) cost: 'processes' (its disk was booted,
+   *  every file it synced kept) or 'processes-and-files' (a generation was restored). */
+  lost?: 'processes' | 'processes-and-files';
   /** The live process that owns it, when one does. */
   ownerPid: number | null;
   /** The generation a connect continues from (0: none yet). */
@@ -89,6 +92,7 @@ export function infoOf(meta: SandboxMeta, state: SandboxState, ownerPid: number 
   if (meta.resumedFrom) info.resumedFrom = meta.resumedFrom;
   if (meta.resumeReason) info.resumeReason = meta.resumeReason;
   if (meta.lostInterval) info.lostInterval = { from: new Date(meta.lostInterval.from), to: new Date(meta.lostInterval.to) };
+  if (meta.lost) info.lost = meta.lost;
   if (meta.timeoutMs) info.timeoutMs = meta.timeoutMs;
   if (meta.onTimeout) info.onTimeout = meta.onTimeout;
   return info;

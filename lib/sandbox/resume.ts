@@ -26,6 +26,13 @@ export interface ConnectOpts {
   bootTimeoutMs?: number;
   /** What `await using` does with the connected sandbox: 'kill' (default) or 'pause'. */
   onDispose?: 'kill' | 'pause';
+  /**
+   * A sandbox whose owner process died while running it: 'disk' (default) boots the disk the dead
+   * machine last wrote (crash-consistent: every file it synced is there; its processes restart),
+   * 'memory' restores the last generation instead (processes continue from that pause; files
+   * written after it are lost). Files are what must never be lost, hence the default.
+   */
+  onOwnerDeath?: 'disk' | 'memory';
 }
 
 /** What a running sandbox is made of; replaced whole after a resume. */
@@ -72,7 +79,11 @@ export async function resume(dir: SandboxDir, before: SandboxMeta, lock: OwnerLo
     // A fresh backend for this run (a sandbox with a network), its forwarded ports bound again.
     const start: Omit<GuestStart, 'agentTimeoutMs'> = { network: before.network ?? false, ...(before.hostPorts ? { hostPorts: before.hostPorts } : {}) };
     let guest: GuestRun | undefined;
+    // The disk a dead owner's machine was writing since the generation (its top layer), for a boot
+    // that keeps every file it synced.
+    const deadTop = ownerDied && generation > 0 && opts.onOwnerDeath !== 'memory' ? await dir.adoptDeadOwnerTop(generation, before.ownerPid) : null;
     if (generation === 0) resumeReason = 'no generation: the sandbox was never paused';
+    else if (deadTop) resumeReason = `its owner (pid ${before.ownerPid}) died: booted the disk its machine last wrote, so its files are kept and its processes restart (onOwnerDeath: 'memory' restores generation ${generation} instead)`;
     else if (opts.onResume === 'reboot') resumeReason = "onResume: 'reboot'";
     else {
       try {
@@ -90,6 +101,7 @@ export async function resume(dir: SandboxDir, before: SandboxMeta, lock: OwnerLo
         const first = relative(dir.path, dir.firstOverlay);
         if (existsSync(dir.firstOverlay) && !diskLayers.includes(first)) diskLayers = [...diskLayers, first];
       }
+      if (deadTop) diskLayers = [...diskLayers, relative(dir.path, deadTop)];
       const top = dir.bootTop(generation);
       await mkdir(dirname(top), { recursive: true });
       const options = guestMachineOptions(
@@ -107,7 +119,12 @@ export async function resume(dir: SandboxDir, before: SandboxMeta, lock: OwnerLo
     delete meta.resumeReason;
     if (resumeReason) meta.resumeReason = resumeReason;
     delete meta.lostInterval;
-    if (lostInterval) meta.lostInterval = lostInterval;
+    delete meta.lost;
+    if (lostInterval) {
+      meta.lostInterval = lostInterval;
+      // What the dead owner's interval cost: its processes always; its files only when they were not booted.
+      meta.lost = deadTop || (generation === 0 && resumedFrom === 'disk') ? 'processes' : 'processes-and-files';
+    }
     if (guest.network) meta.hostPorts = guest.network.hostPortsRecord();
     await dir.writeMeta(meta);
     undo.move();

@@ -82,7 +82,8 @@ export function checkCreateOpts(opts: SandboxOpts): void {
 
 export function checkConnectOpts(opts: ConnectOpts): void {
   checkObject('opts', opts);
-  checkKnownKeys('opts', opts, ['onResume', 'restoreTimeoutMs', 'bootTimeoutMs', 'onDispose']);
+  checkKnownKeys('opts', opts, ['onResume', 'restoreTimeoutMs', 'bootTimeoutMs', 'onDispose', 'onOwnerDeath']);
+  if (opts.onOwnerDeath !== undefined && opts.onOwnerDeath !== 'disk' && opts.onOwnerDeath !== 'memory') fail('opts.onOwnerDeath', "'disk' or 'memory'", opts.onOwnerDeath);
   checkOnDispose(opts.onDispose);
   if (opts.onResume !== undefined && opts.onResume !== 'restore' && opts.onResume !== 'reboot') fail('opts.onResume', "'restore' or 'reboot'", opts.onResume);
   checkInt('opts.restoreTimeoutMs', opts.restoreTimeoutMs, 1, 2 ** 31 - 1);

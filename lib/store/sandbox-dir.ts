@@ -12,7 +12,7 @@
 import { randomBytes } from 'node:crypto';
 import { closeSync, fsyncSync, openSync, renameSync, writeSync } from 'node:fs';
 import { lstat, mkdir, open, readdir, readFile, rename, rm, stat, unlink } from 'node:fs/promises';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 
 import { InvalidArgumentError, SandboxNotFoundError, TorporError } from '../errors.js';
 import type { ResolvedNetwork } from '../net/options.js';
@@ -67,6 +67,8 @@ export interface SandboxMeta {
   /** A dead owner's sandbox, recovered: what ran after `from` (the last generation) until the
    *  owner was found dead at `to` is lost. ISO times. */
   lostInterval?: { from: string; to: string };
+  /** What a dead owner's interval cost: its processes (its disk was booted), or its files too (a generation restored). */
+  lost?: 'processes' | 'processes-and-files';
   /** The network the sandbox was created with (absent: none); every run starts a backend with it. */
   network?: ResolvedNetwork;
   /** The host ports (127.0.0.1) its last run forwarded, by guest port: a resume asks for them again. */
@@ -137,6 +139,7 @@ export function parseMeta(text: string, path: string, templatesRoot?: string): S
   const lost = m.lostInterval as { from?: unknown; to?: unknown } | undefined;
   if (lost !== undefined && (typeof lost !== 'object' || lost === null || !isStr(lost.from) || !isStr(lost.to))) {
     throw badMeta(path, 'lostInterval is malformed');
+  if (m.lost !== undefined && m.lost !== 'processes' && m.lost !== 'processes-and-files') throw badMeta(path, 'lost is malformed');
   }
   if (m.network !== undefined && !isNetwork(m.network)) throw badMeta(path, 'network is malformed');
   if (m.diskMb !== undefined && !isPosInt(m.diskMb)) throw badMeta(path, 'diskMb is malformed');
@@ -202,6 +205,37 @@ export class SandboxDir {
     return join(this.path, 'console.log');
   }
   /** Where a boot from disk puts its new top layer. */
+  /**
+   * The disk top a dead owner's machine was writing after `generation` (restored from it, or
+   * booted from its disk: snapshots/tops/disk0-{r,g,boot}<generation>-<pid>-*.overlay, with its
+   * map; the newest when there are several), moved into layers/, out of tops/ (whose files the
+   * sweep after a pause removes once their machine stopped), so it can be a frozen layer of the
+   * disk booted from it. null when there is none.
+   */
+  async adoptDeadOwnerTop(generation: number, ownerPid: number | null): Promise<string | null> {
+    if (ownerPid === null) return null;
+    // In layers/: the machine's own layers (merged with the rest once the chain is long), swept
+    // after a pause once no generation names it.
+    const adopted = join(this.snapshots, 'layers', `disk0-recovered-g${generation}-${ownerPid}.overlay`);
+    // Adopted by an earlier connect that then failed: the same layer, still the dead machine's last disk.
+    if (await stat(adopted).then(() => true, () => false)) return adopted;
+    const tops = join(this.snapshots, 'tops');
+    const pattern = new RegExp(`^disk0-(?:r|g|boot)${generation}-${ownerPid}-[0-9a-f]+\\.overlay$`);
+    let best: { name: string; mtime: number } | null = null;
+    for (const name of await readdir(tops).catch(() => [] as string[])) {
+      if (!pattern.test(name)) continue;
+      const st = await stat(join(tops, name)).catch(() => null);
+      if (!st || !(await stat(join(tops, `${name}.map`)).catch(() => null))) continue;
+      if (!best || st.mtimeMs > best.mtime) best = { name, mtime: st.mtimeMs };
+    }
+    if (!best) return null;
+    await mkdir(dirname(adopted), { recursive: true });
+    await rename(join(tops, `${best.name}.map`), `${adopted}.map`);
+    await rename(join(tops, best.name), adopted);
+    await fsyncPath(dirname(adopted));
+    return adopted;
+  }
+
   bootTop(generation: number): string {
     return join(this.snapshots, 'tops', `disk0-boot${generation}-${process.pid}-${randomBytes(4).toString('hex')}.overlay`);
   }

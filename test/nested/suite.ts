@@ -55,7 +55,7 @@ export const LINUX_FILES: Record<string, number> = {
   'cli-linux': 1,
   'vmm-linux-snapshot': 2,
   'sandbox-linux': 2,
-  'sandbox-linux-pause': 4,
+  'sandbox-linux-pause': 5,
   'sandbox-linux-template': 1,
   'api-e2b-linux': 1,
   'net-linux': 3,
