@@ -75,6 +75,14 @@ const LINGER_MS = 20_000;
  *  says where, and leaves CI's budget for a second attempt instead of spending it on L1's
  *  overall timeout. */
 const FILE_LIMIT_S = Number(process.env.NESTED_FILE_LIMIT_S ?? 600);
+/** Files whose own work in the emulator is long, bounded by the waits inside them: first-run
+ *  builds a base image, pushes it to a registry, packs torpor and installs it as another user,
+ *  all inside L1 (its fixtures alone took 76 s on the host and 425 s in L1 beside CI's soak:
+ *  604 s in all). Twice the limit, unless NESTED_FILE_LIMIT_S names one for every file. */
+const LONG_FILES: Record<string, number> = { 'first-run': 2 };
+export function fileLimitS(file: string): number {
+  return process.env.NESTED_FILE_LIMIT_S ? FILE_LIMIT_S : FILE_LIMIT_S * (LONG_FILES[file] ?? 1);
+}
 /** How often the suite says which file it is in, so a silent stretch of the log still shows L1 alive. */
 const HEARTBEAT_S = 300;
 
@@ -201,9 +209,9 @@ async function main(): Promise<number> {
   const watch = setInterval(() => {
     const now = performance.now();
     const inFile = clock.runningFor(now);
-    if (!hung && clock.current && inFile > FILE_LIMIT_S) {
+    if (!hung && clock.current && inFile > fileLimitS(clock.current)) {
       hung = clock.current;
-      console.log(`\nnested suite: ${hung}.test.ts has run ${inFile.toFixed(0)} s (NESTED_FILE_LIMIT_S ${FILE_LIMIT_S}): hung; what the processes were doing:`);
+      console.log(`\nnested suite: ${hung}.test.ts has run ${inFile.toFixed(0)} s (its limit ${fileLimitS(hung)} s, NESTED_FILE_LIMIT_S): hung; what the processes were doing:`);
       describeHang(child.pid!);
       child.kill('SIGKILL');
     } else if (now - lastBeat > HEARTBEAT_S * 1000) {
@@ -241,7 +249,7 @@ async function main(): Promise<number> {
   const seconds = ((performance.now() - started) / 1000).toFixed(0);
   if (clock.done.length) console.log(`\nnested suite: slowest files: ${clock.slowest(6)}`);
   if (hung) {
-    console.log(`nested suite: FAIL: ${hung}.test.ts did not finish within ${FILE_LIMIT_S} s; the test process was killed after ${seconds} s`);
+    console.log(`nested suite: FAIL: ${hung}.test.ts did not finish within ${fileLimitS(hung)} s; the test process was killed after ${seconds} s`);
     return 1;
   }
   const totals = parseUvu(output);
