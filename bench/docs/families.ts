@@ -4,18 +4,7 @@
 import { type BenchRow, summarize } from '../report.js';
 
 /** One row of a family's table. `value` is the p50 where the bench gave a distribution. */
-export interface Figure {
-  name: string;
-  unit: string;
-  n?: number;
-  p50?: number;
-  p99?: number;
-  mean?: number;
-  value?: number;
-  target?: string;
-  meetsTarget?: boolean;
-  note?: string;
-}
+export type Figure = Omit<BenchRow, 'n'> & { n?: number };
 
 export interface Family {
   id: string;
