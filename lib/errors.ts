@@ -17,6 +17,7 @@ export type ErrorCode =
   | 'INVALID_ARGUMENT'
   | 'COMMAND_EXIT'
   | 'TIMEOUT'
+  | 'ABORTED'
   | 'FILE_NOT_FOUND'
   | 'SNAPSHOT_INVALID'
   | 'SNAPSHOT_INCOMPATIBLE'
@@ -102,9 +103,29 @@ export class InvalidArgumentError extends TorporError {
 }
 /** TIMEOUT: an operation ran past its deadline (a command's `timeoutMs`, a request's `requestTimeoutMs`, a boot or restore). */
 export class TimeoutError extends TorporError {
-  constructor(message: string, options?: TorporErrorOptions) {
+  /** What a command printed before its timeoutMs killed it (unset for other timeouts). */
+  readonly stdout?: string | Buffer;
+  /** What a command wrote to stderr before its timeoutMs killed it (unset for other timeouts). */
+  readonly stderr?: string | Buffer;
+
+  constructor(message: string, options: TorporErrorOptions & { stdout?: string | Buffer; stderr?: string | Buffer } = {}) {
     super('TIMEOUT', message, options);
+    if (options.stdout !== undefined) this.stdout = options.stdout;
+    if (options.stderr !== undefined) this.stderr = options.stderr;
   }
+}
+/** ABORTED: the caller's AbortSignal (`signal` option) aborted the call. `name` is 'AbortError',
+ *  as the DOM's and Node's are, so code that checks `err.name === 'AbortError'` works; `cause` is
+ *  the signal's reason. What the call started is undone or finished first: nothing is left
+ *  half-done (docs/sandbox-lifecycle.md#cancellation). */
+export class AbortError extends TorporError {
+  constructor(message: string, options?: TorporErrorOptions) {
+    super('ABORTED', message, options);
+  }
+}
+/** The AbortError for `signal` aborting `what` (the signal's reason as its cause). @internal */
+export function abortError(signal: AbortSignal, what: string): AbortError {
+  return new AbortError(`${what}: aborted by the caller's signal`, { cause: signal.reason });
 }
 /** FILE_NOT_FOUND, SANDBOX_NOT_FOUND or TEMPLATE_NOT_FOUND: something named does not exist: a file, a sandbox or a template (E2B's `NotFoundError`;
  *  `code` says which). */
@@ -156,23 +177,25 @@ export class NotEnoughSpaceError extends TorporError {
 }
 
 /** COMMAND_EXIT: a command exited with a non-zero status (thrown unless the caller passed `throwOnError: false`). */
-export class CommandExitError extends TorporError {
+export class CommandExitError<O extends string | Buffer = string> extends TorporError {
   /** The exit status; 128 + the signal number when a signal ended it. */
   readonly exitCode: number;
-  /** Everything the command wrote to stdout. */
-  readonly stdout: string;
-  /** Everything the command wrote to stderr. */
-  readonly stderr: string;
+  /** Everything the command wrote to stdout (a Buffer when it ran with `encoding: 'buffer'`). */
+  readonly stdout: O;
+  /** Everything the command wrote to stderr (as stdout). */
+  readonly stderr: O;
   /** The signal that ended it ('SIGKILL', ...), when one did. */
   readonly signal?: string;
   /** E2B's words for the failure: 'exit status 3', or 'signal: killed' for a signal death (where
    *  exitCode is 128 + the signal number, as a shell reports it; E2B says -1). */
   readonly error: string;
 
-  constructor(result: { exitCode: number; stdout: string; stderr: string; signal?: string; error?: string }, cmd?: string) {
+  constructor(result: { exitCode: number; stdout: O; stderr: O; signal?: string; error?: string }, cmd?: string) {
     const what = cmd === undefined ? 'command' : `command ${JSON.stringify(cmd.length > 80 ? cmd.slice(0, 77) + '...' : cmd)}`;
     const how = result.signal ? `was killed by ${result.signal}` : `exited with code ${result.exitCode}`;
-    const tail = result.stderr.trim().split('\n').slice(-3).join('\n');
+    // The message quotes stderr's last lines as text; bytes are decoded for it, lossily.
+    const stderrText = typeof result.stderr === 'string' ? result.stderr : result.stderr.subarray(-4096).toString('utf8');
+    const tail = stderrText.trim().split('\n').slice(-3).join('\n');
     super('COMMAND_EXIT', `${what} ${how}${tail ? `: ${tail}` : ''}`);
     this.exitCode = result.exitCode;
     this.stdout = result.stdout;
@@ -184,11 +207,11 @@ export class CommandExitError extends TorporError {
 
 /** OUTPUT_LIMIT: a command's stdout or stderr outgrew `maxBuffer`: the process was killed and the output kept
  *  up to the limit is attached (`stdout`, `stderr`), as CommandExitError carries it. */
-export class OutputLimitError extends TorporError {
-  /** The stdout kept, up to the limit. */
-  readonly stdout: string;
-  /** The stderr kept, up to the limit. */
-  readonly stderr: string;
+export class OutputLimitError<O extends string | Buffer = string> extends TorporError {
+  /** The stdout kept, up to the limit (a Buffer when the command ran with `encoding: 'buffer'`). */
+  readonly stdout: O;
+  /** The stderr kept, up to the limit (as stdout). */
+  readonly stderr: O;
   /** The stream that outgrew the limit (unset when built from a bare code). */
   readonly stream?: 'stdout' | 'stderr';
   /** The limit, in bytes, that was outgrown. */
@@ -196,11 +219,11 @@ export class OutputLimitError extends TorporError {
 
   constructor(
     message: string,
-    options: TorporErrorOptions & { stdout?: string; stderr?: string; stream?: 'stdout' | 'stderr'; maxBuffer?: number } = {},
+    options: TorporErrorOptions & { stdout?: O; stderr?: O; stream?: 'stdout' | 'stderr'; maxBuffer?: number } = {},
   ) {
     super('OUTPUT_LIMIT', message, options);
-    this.stdout = options.stdout ?? '';
-    this.stderr = options.stderr ?? '';
+    this.stdout = options.stdout ?? ('' as O);
+    this.stderr = options.stderr ?? ('' as O);
     if (options.stream !== undefined) this.stream = options.stream;
     if (options.maxBuffer !== undefined) this.maxBuffer = options.maxBuffer;
   }
@@ -210,6 +233,7 @@ const byCode: Partial<Record<ErrorCode, new (message: string, options?: TorporEr
   KVM_UNAVAILABLE: KvmUnavailableError,
   INVALID_ARGUMENT: InvalidArgumentError,
   TIMEOUT: TimeoutError,
+  ABORTED: AbortError,
   FILE_NOT_FOUND: FileNotFoundError,
   SANDBOX_NOT_FOUND: SandboxNotFoundError,
   SANDBOX_BUSY: SandboxBusyError,

@@ -11,7 +11,17 @@ export type { CreatedFrom, ResumedFrom, OnTimeout } from './store/sandbox-dir.js
 export type { NetworkOptions } from './net/options.js';
 export type { ProcessControl } from './sandbox/command-handle.js';
 export type { CommandDefaults } from './sandbox/commands.js';
-export { Commands, CommandHandle, type CommandResult, type CommandStartOpts, type CommandConnectOpts, type ProcessInfo } from './sandbox/commands.js';
+export {
+  Commands,
+  CommandHandle,
+  type CommandResult,
+  type CommandStartOpts,
+  type CommandConnectOpts,
+  type Output,
+  type OutputEncoding,
+  type OutputOf,
+  type ProcessInfo,
+} from './sandbox/commands.js';
 export { Files, type EntryInfo, type FileType, type FileOpts, type WriteOpts, type WriteInfo, type WriteData, type WriteEntry } from './sandbox/files.js';
 export { WatchHandle, FilesystemEventType, type FilesystemEvent, type WatchOpts } from './sandbox/watch.js';
 export type { RequestOpts } from './sandbox/validate.js';

@@ -68,6 +68,16 @@ export function checkFunction(what: string, value: unknown): void {
   if (value !== undefined && typeof value !== 'function') fail(what, 'a function', value);
 }
 
+/** One of a fixed set of strings, or undefined. */
+export function checkOneOf<T extends string>(what: string, value: unknown, allowed: readonly T[]): asserts value is T | undefined {
+  if (value !== undefined && !allowed.includes(value as T)) fail(what, `one of ${allowed.map((a) => `'${a}'`).join(', ')}`, value);
+}
+
+/** An AbortSignal, or undefined. */
+export function checkSignal(what: string, value: unknown): asserts value is AbortSignal | undefined {
+  if (value !== undefined && !(value instanceof AbortSignal)) fail(what, 'an AbortSignal', value);
+}
+
 export function checkBool(what: string, value: unknown): void {
   if (value !== undefined && typeof value !== 'boolean') fail(what, 'a boolean', value);
 }

@@ -1,4 +1,9 @@
 // commands.run / list / connect / sendStdin / kill against the real agent on the host.
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
@@ -82,6 +87,56 @@ test('10 MiB of output arrives complete and in order', async () => {
   const bytes = await api.commands.run('head -c 10485760 /dev/zero | tr "\\0" a');
   assert.is(bytes.stdout.length, 10485760);
   assert.ok(/^a+$/.test(bytes.stdout));
+});
+
+test("encoding: 'buffer' delivers bytes unchanged: result, callbacks, handle, errors, connect, maxBuffer", async () => {
+  // 3 MiB of random bytes (invalid UTF-8 everywhere, split across many frames) in a host file
+  // the agent reads: the default decoding mangles them, 'buffer' keeps every byte.
+  const dir = mkdtempSync(join(tmpdir(), 'torpor-bin-'));
+  try {
+    const bytes = randomBytes(3 * 1024 * 1024);
+    const file = join(dir, 'blob');
+    writeFileSync(file, bytes);
+    const pieces: Buffer[] = [];
+    const r = await api.commands.run(['cat', file], { encoding: 'buffer', onStdout: (b) => void pieces.push(b) });
+    assert.ok(Buffer.isBuffer(r.stdout) && Buffer.isBuffer(r.stderr));
+    assert.ok(r.stdout.equals(bytes), 'the result holds the bytes written');
+    assert.ok(Buffer.concat(pieces).equals(bytes), 'the callback pieces join to the bytes written');
+    assert.ok(pieces.length > 1, `several pieces (${pieces.length})`);
+    const text = await api.commands.run(['cat', file]);
+    assert.ok(!Buffer.from(text.stdout, 'utf8').equals(bytes), 'utf8 (the default) does not keep binary');
+
+    // stderr, a non-zero exit and the error's output are bytes too.
+    const fail = await api.commands.run(['sh', '-c', `head -c 1000 '${file}' >&2; exit 3`], { encoding: 'buffer' }).catch((e) => e);
+    assert.instance(fail, CommandExitError);
+    assert.ok((fail as CommandExitError<Buffer>).stderr.equals(bytes.subarray(0, 1000)));
+    assert.is((fail as CommandExitError<Buffer>).exitCode, 3);
+
+    // A background handle and a reattach from an offset: bytes, no gap, no duplicate.
+    const h = await api.commands.run(['sh', '-c', `head -c 4096 '${file}'; read x; tail -c +4097 '${file}' | head -c 4096`], {
+      background: true,
+      stdin: true,
+      encoding: 'buffer',
+    });
+    await until(() => h.stdout.length === 4096, 5000, 'the first 4 KiB');
+    assert.ok(h.stdout.equals(bytes.subarray(0, 4096)));
+    await h.disconnect();
+    const again = await api.commands.connect(h.pid, { fromOffset: 100, encoding: 'buffer' });
+    await api.commands.sendStdin(h.pid, 'go\n');
+    const end = await again.wait();
+    assert.ok(end.stdout.equals(bytes.subarray(100, 8192)), 'replayed from byte 100 to the end');
+
+    // maxBuffer keeps exactly the head, as bytes.
+    const over = await api.commands.run(['cat', file], { encoding: 'buffer', maxBuffer: 5000 }).catch((e) => e);
+    assert.instance(over, OutputLimitError);
+    assert.ok((over as OutputLimitError<Buffer>).stdout.equals(bytes.subarray(0, 5000)));
+
+    const bad = await api.commands.run('true', { encoding: 'latin1' as never }).catch((e) => e);
+    assert.ok(code('INVALID_ARGUMENT')(bad), String(bad));
+    assert.match(String(bad), /'utf8', 'buffer'/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });
 
 test('background: listed, reattached from an offset with no gap or duplicate, killed', async () => {

@@ -15,7 +15,7 @@ test('it documents the public API: Sandbox, its calls, the error classes', () =>
   const page = readFileSync(API_DOC, 'utf8');
   for (const heading of ['### Sandbox', '### Template', '### Commands', '### Files', '### TorporError', '### SandboxNotFoundError'])
     assert.ok(page.includes(`\n${heading}\n`), heading);
-  for (const call of ['static create(opts', 'static connect(sandboxId', 'pause(): Promise<PauseResult>']) assert.ok(page.includes(call), call);
+  for (const call of ['static create(opts', 'static connect(sandboxId', 'pause(opts?): Promise<PauseResult>']) assert.ok(page.includes(call), call);
 });
 
 test("every link inside the page lands on one of its headings or anchors", () => {

@@ -5,7 +5,7 @@
 import { randomBytes } from 'node:crypto';
 import type { Duplex } from 'node:stream';
 
-import { TorporError } from '../errors.js';
+import { TorporError, abortError } from '../errors.js';
 import { Connection, type AgentHello } from './connection.js';
 import type { Fields, FieldWriter } from './fields.js';
 import type { Frame } from './frame.js';
@@ -164,11 +164,15 @@ export class AgentClient {
   /** A request with one answer (OK, or ERR thrown as a TorporError). A re-asked request whose
    *  work is still running (`pending`) is asked again until it has an answer.
    *  @internal the protocol's own level (docs/protocol.md) */
-  call(type: number, fields: FieldWriter, opts: RequestOptions & { timeoutMs?: number } = {}): Promise<Fields> {
+  call(type: number, fields: FieldWriter, opts: RequestOptions & { timeoutMs?: number; signal?: AbortSignal } = {}): Promise<Fields> {
+    const { signal } = opts;
+    if (signal?.aborted) return Promise.reject(abortError(signal, requestName(type)));
     return new Promise<Fields>((resolve, reject) => {
       let timer: NodeJS.Timeout | undefined;
+      let onAbort: (() => void) | undefined;
       const settle = (fn: () => void) => {
         if (timer) clearTimeout(timer);
+        if (onAbort) signal?.removeEventListener('abort', onAbort);
         fn();
       };
       const stream = this.open(
@@ -193,6 +197,15 @@ export class AgentClient {
           stream.cancel();
           reject(new TorporError('TIMEOUT', `${requestName(type)} got no answer within ${opts.timeoutMs} ms`));
         }, opts.timeoutMs);
+      }
+      if (signal) {
+        // The request is cancelled; what the agent already did stays done (a request is one
+        // step: a mkdir made, a file renamed), which is what the caller then sees by asking.
+        onAbort = () => {
+          if (!stream.done) stream.cancel();
+          settle(() => reject(abortError(signal, requestName(type))));
+        };
+        signal.addEventListener('abort', onAbort, { once: true });
       }
     });
   }

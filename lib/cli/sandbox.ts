@@ -132,6 +132,8 @@ async function exec(argv: string[]): Promise<number> {
         ...(values.cwd ? { cwd: values.cwd as string } : {}),
         envs,
         timeoutMs: timeout,
+        // Bytes through unchanged: `torpor exec ID -- cat image.png > image.png` must work.
+        encoding: 'buffer',
         onStdout: (d) => void process.stdout.write(d),
         onStderr: (d) => void process.stderr.write(d),
       });

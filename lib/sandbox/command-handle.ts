@@ -1,19 +1,30 @@
 // CommandHandle: a running (or finished) process seen through one ExecSession. Output is decoded
-// as UTF-8 per stream (a character split across frames is kept whole) and kept for wait().
+// as UTF-8 per stream (a character split across frames is kept whole), or kept as the bytes the
+// process wrote (`encoding: 'buffer'`), and kept for wait().
 import { StringDecoder } from 'node:string_decoder';
 import { constants } from 'node:os';
 
 import { CommandExitError, OutputLimitError, TimeoutError, TorporError } from '../errors.js';
 import type { ExecSession, ExitInfo } from '../agent/exec.js';
+import { checkKnownKeys, checkObject, checkSignal } from '../validate.js';
+import { abortable } from './deadline.js';
 
-/** How a command ended, and everything it printed. */
-export interface CommandResult {
+/** What a command's output is delivered as: text (`'utf8'`, the default) or bytes (`'buffer'`). */
+export type Output = string | Buffer;
+/** How a command's output is delivered: `'utf8'` decodes it (a malformed byte becomes U+FFFD),
+ *  `'buffer'` gives the bytes the process wrote, unchanged (images, archives, any binary). */
+export type OutputEncoding = 'utf8' | 'buffer';
+/** What an encoding delivers: Buffer for `'buffer'`, string for `'utf8'`. */
+export type OutputOf<E extends OutputEncoding> = E extends 'buffer' ? Buffer : string;
+
+/** How a command ended, and everything it printed (strings, or Buffers with `encoding: 'buffer'`). */
+export interface CommandResult<O extends Output = string> {
   /** The exit status; 128 + the signal number when a signal ended it. */
   exitCode: number;
-  /** Its whole stdout (decoded as UTF-8). */
-  stdout: string;
-  /** Its whole stderr (decoded as UTF-8). */
-  stderr: string;
+  /** Its whole stdout (decoded as UTF-8, or its bytes with `encoding: 'buffer'`). */
+  stdout: O;
+  /** Its whole stderr (as stdout). */
+  stderr: O;
   /** Set when the process was killed by a signal (e.g. 'SIGKILL'). */
   signal?: string;
   /** Set when the process was killed because it ran past `timeoutMs`. */
@@ -22,12 +33,13 @@ export interface CommandResult {
   error?: string;
 }
 
-export interface OutputCallbacks {
-  /** Called with each piece of stdout as it comes (whole UTF-8 characters). One that throws ends
-   *  the receiving, and wait() rejects with its error; the process keeps running. */
-  onStdout?: (data: string) => void | Promise<void>;
+export interface OutputCallbacks<O extends Output = string> {
+  /** Called with each piece of stdout as it comes (whole UTF-8 characters, or the bytes with
+   *  `encoding: 'buffer'`). One that throws ends the receiving, and wait() rejects with its
+   *  error; the process keeps running. */
+  onStdout?: (data: O) => void | Promise<void>;
   /** Called with each piece of stderr as it comes, as onStdout. */
-  onStderr?: (data: string) => void | Promise<void>;
+  onStderr?: (data: O) => void | Promise<void>;
 }
 
 /** What a CommandHandle needs from its Commands owner (signals and stdin go by pid). */
@@ -45,14 +57,16 @@ export function signalName(n: number): string {
   return signalNames.get(n) ?? `signal ${n}`;
 }
 
-/** Collects one output stream: decoded incrementally, kept as chunks, joined on demand. At most
- *  `limit` bytes (of the decoded text, as UTF-8) are kept: the guest is untrusted and may print
- *  without end. The first push past it keeps what still fits, calls `onLimit` once and keeps
- *  nothing more; push() still returns every decoded byte for the caller's callbacks. */
-export class OutputBuffer {
-  private readonly decoder = new StringDecoder('utf8');
-  private chunks: string[] = [];
-  private joined: string | null = '';
+/** Collects one output stream: decoded incrementally (or kept as bytes), kept as chunks, joined
+ *  on demand. At most `limit` bytes (of the decoded text, as UTF-8) are kept: the guest is
+ *  untrusted and may print without end. The first push past it keeps what still fits, calls
+ *  `onLimit` once and keeps nothing more; push() still returns every piece for the caller's
+ *  callbacks. */
+export class OutputBuffer<O extends Output = string> {
+  /** Undefined for `'buffer'`: the bytes are kept as they came. */
+  private readonly decoder: StringDecoder | undefined;
+  private chunks: O[] = [];
+  private joined: O | null;
   private keptBytes = 0;
   /** The stream outgrew the limit (what is kept is its head). */
   overflowed = false;
@@ -61,55 +75,66 @@ export class OutputBuffer {
     private readonly keep: boolean,
     private readonly limit = Infinity,
     private readonly onLimit?: () => void,
-  ) {}
-
-  push(data: Buffer): string {
-    const text = this.decoder.write(data);
-    if (text) this.store(text);
-    return text;
+    encoding: OutputEncoding = 'utf8',
+  ) {
+    this.decoder = encoding === 'utf8' ? new StringDecoder('utf8') : undefined;
+    this.joined = (this.decoder ? '' : Buffer.alloc(0)) as O;
   }
-  finish(): string {
-    const rest = this.decoder.end();
-    if (rest) this.store(rest);
+
+  /** One frame's bytes in; the piece for the callbacks out (empty when a character is split). */
+  push(data: Buffer): O {
+    // A copy: the frame's payload is a view of the connection's receive buffer.
+    const piece = (this.decoder ? this.decoder.write(data) : Buffer.from(data)) as O;
+    if (piece.length) this.store(piece);
+    return piece;
+  }
+  finish(): O {
+    const rest = (this.decoder ? this.decoder.end() : Buffer.alloc(0)) as O;
+    if (rest.length) this.store(rest);
     return rest;
   }
-  get text(): string {
+  /** Everything kept so far. */
+  get value(): O {
     if (this.joined === null) {
-      this.joined = this.chunks.join('');
-      this.chunks = [this.joined];
+      const joined = (this.decoder ? (this.chunks as string[]).join('') : Buffer.concat(this.chunks as Buffer[])) as O;
+      this.joined = joined;
+      this.chunks = [joined];
     }
     return this.joined;
   }
 
-  private store(text: string): void {
+  private store(piece: O): void {
     if (!this.keep || this.overflowed) return;
     if (this.limit !== Infinity) {
-      const bytes = Buffer.byteLength(text);
+      const bytes = typeof piece === 'string' ? Buffer.byteLength(piece) : piece.length;
       if (this.keptBytes + bytes > this.limit) {
-        // Keep the whole characters that fit (a throwaway decoder drops a split last one).
-        const head = new StringDecoder('utf8').write(Buffer.from(text, 'utf8').subarray(0, this.limit - this.keptBytes));
+        const room = this.limit - this.keptBytes;
+        // Text keeps the whole characters that fit (a throwaway decoder drops a split last one).
+        const head = (
+          typeof piece === 'string' ? new StringDecoder('utf8').write(Buffer.from(piece, 'utf8').subarray(0, room)) : piece.subarray(0, room)
+        ) as O;
         this.append(head);
-        this.keptBytes += Buffer.byteLength(head);
+        this.keptBytes += typeof head === 'string' ? Buffer.byteLength(head) : head.length;
         this.overflowed = true;
         this.onLimit?.();
         return;
       }
       this.keptBytes += bytes;
     }
-    this.append(text);
+    this.append(piece);
   }
-  private append(text: string): void {
-    if (!text) return;
-    this.chunks.push(text);
+  private append(piece: O): void {
+    if (!piece.length) return;
+    this.chunks.push(piece);
     this.joined = null;
   }
 }
 
 /** Both output streams of one command, kept up to `maxBuffer` bytes each. The first stream to
  *  outgrow it is recorded and reported once through `onLimit` (the owner kills the process). */
-export class CommandOutput {
-  readonly out: OutputBuffer;
-  readonly err: OutputBuffer;
+export class CommandOutput<O extends Output = string> {
+  readonly out: OutputBuffer<O>;
+  readonly err: OutputBuffer<O>;
   /** The stream that outgrew maxBuffer first. */
   overflowed: 'stdout' | 'stderr' | undefined;
   /** Why killing the process after the overflow failed, if it did. */
@@ -121,14 +146,15 @@ export class CommandOutput {
     keep: boolean,
     readonly maxBuffer: number,
     onLimit: (stream: 'stdout' | 'stderr') => void = () => undefined,
+    encoding: OutputEncoding = 'utf8',
   ) {
     const hit = (stream: 'stdout' | 'stderr') => {
       if (this.overflowed) return;
       this.overflowed = stream;
       onLimit(stream);
     };
-    this.out = new OutputBuffer(keep, maxBuffer, () => hit('stdout'));
-    this.err = new OutputBuffer(keep, maxBuffer, () => hit('stderr'));
+    this.out = new OutputBuffer<O>(keep, maxBuffer, () => hit('stdout'), encoding);
+    this.err = new OutputBuffer<O>(keep, maxBuffer, () => hit('stderr'), encoding);
   }
 
   /** A user callback threw: keep the first error and stop receiving (`detach`). */
@@ -144,14 +170,14 @@ export class CommandOutput {
  * output so far, `wait()` for its end, `kill()`, stdin. `disconnect()` stops watching it and
  * leaves it running.
  */
-export class CommandHandle implements AsyncDisposable {
+export class CommandHandle<O extends Output = string> implements AsyncDisposable {
   /** Its pid in the guest. */
   readonly pid: number;
-  private readonly out: OutputBuffer;
-  private readonly err: OutputBuffer;
-  private readonly output: CommandOutput;
+  private readonly out: OutputBuffer<O>;
+  private readonly err: OutputBuffer<O>;
+  private readonly output: CommandOutput<O>;
   private exit: ExitInfo | undefined;
-  private readonly result: Promise<CommandResult>;
+  private readonly result: Promise<CommandResult<O>>;
 
   /** @internal built by Commands */
   constructor(
@@ -160,7 +186,7 @@ export class CommandHandle implements AsyncDisposable {
     private readonly control: ProcessControl,
     private readonly label: string,
     private readonly throwOnError: boolean,
-    output: CommandOutput,
+    output: CommandOutput<O>,
   ) {
     this.pid = pid;
     this.output = output;
@@ -176,12 +202,12 @@ export class CommandHandle implements AsyncDisposable {
   }
 
   /** Stdout received so far (up to maxBuffer). */
-  get stdout(): string {
-    return this.out.text;
+  get stdout(): O {
+    return this.out.value;
   }
   /** Stderr received so far (up to maxBuffer). */
-  get stderr(): string {
-    return this.err.text;
+  get stderr(): O {
+    return this.err.value;
   }
   /** undefined while the process runs. */
   get exitCode(): number | undefined {
@@ -210,14 +236,24 @@ export class CommandHandle implements AsyncDisposable {
    *  OutputLimitError (OUTPUT_LIMIT, whatever throwOnError says) when stdout or stderr outgrew
    *  `maxBuffer`: the process was killed then, and the error carries the output kept.
    *
+   * @param opts - `signal`: stop waiting when it aborts (the process runs on).
    * @returns Its exit code and its whole output.
    * @throws {@link CommandExitError} (COMMAND_EXIT) on a non-zero exit, unless `throwOnError: false`.
    * @throws {@link TimeoutError} (TIMEOUT) when it ran past `timeoutMs` and was killed.
    * @throws {@link OutputLimitError} (OUTPUT_LIMIT) when a stream outgrew `maxBuffer`.
    * @throws The error an onStdout / onStderr callback threw, when one did.
+   * @throws {@link AbortError} (ABORTED) when `opts.signal` aborted the wait (the process runs on).
    */
-  async wait(): Promise<CommandResult> {
-    let result: CommandResult;
+  async wait(opts: { signal?: AbortSignal } = {}): Promise<CommandResult<O>> {
+    checkObject('opts', opts);
+    checkKnownKeys('opts', opts, ['signal']);
+    checkSignal('opts.signal', opts.signal);
+    // An abort stops this wait only: the process runs on, and wait() may be called again.
+    return abortable(this.waitForEnd(), opts.signal, `waiting for ${this.label}`, () => undefined);
+  }
+
+  private async waitForEnd(): Promise<CommandResult<O>> {
+    let result: CommandResult<O>;
     try {
       result = await this.result;
     } catch (err) {
@@ -230,22 +266,12 @@ export class CommandHandle implements AsyncDisposable {
     if (this.output.callbackError) throw this.output.callbackError.error;
     if (this.output.overflowed) throw this.limitError();
     if (result.timedOut) {
-      const err = new TimeoutError(
+      throw new TimeoutError(
         `${this.label} ran past its timeout and was killed. Raise timeoutMs (0 = none) or run it with background: true.`,
+        { stdout: result.stdout, stderr: result.stderr },
       );
-      Object.assign(err, { stdout: result.stdout, stderr: result.stderr });
-      throw err;
     }
-    if (result.exitCode !== 0 && this.throwOnError) {
-      const r: { exitCode: number; stdout: string; stderr: string; signal?: string; error?: string } = {
-        exitCode: result.exitCode,
-        stdout: result.stdout,
-        stderr: result.stderr,
-      };
-      if (result.signal) r.signal = result.signal;
-      if (result.error) r.error = result.error;
-      throw new CommandExitError(r, this.label);
-    }
+    if (result.exitCode !== 0 && this.throwOnError) throw new CommandExitError<O>(result, this.label);
     return result;
   }
 
@@ -283,19 +309,19 @@ export class CommandHandle implements AsyncDisposable {
     this.session.detach();
   }
 
-  private limitError(cause?: unknown): OutputLimitError {
+  private limitError(cause?: unknown): OutputLimitError<O> {
     const stream = this.output.overflowed ?? 'stdout';
     const limit = this.output.maxBuffer;
     const killed = this.output.killError === undefined ? 'the process was killed' : 'killing the process failed';
     return new OutputLimitError(
       `${stream} of ${this.label} exceeded maxBuffer (${limit} bytes) and ${killed}. ` +
         'Raise the maxBuffer option (bytes kept per stream; Infinity = no limit), or redirect that output to a file in the guest.',
-      { stream, maxBuffer: limit, stdout: this.out.text, stderr: this.err.text, ...(cause === undefined ? {} : { cause }) },
+      { stream, maxBuffer: limit, stdout: this.out.value, stderr: this.err.value, ...(cause === undefined ? {} : { cause }) },
     );
   }
 
-  private toResult(info: ExitInfo): CommandResult {
-    const r: CommandResult = { exitCode: info.exitCode, stdout: this.out.text, stderr: this.err.text };
+  private toResult(info: ExitInfo): CommandResult<O> {
+    const r: CommandResult<O> = { exitCode: info.exitCode, stdout: this.out.value, stderr: this.err.value };
     if (info.signal) {
       r.signal = signalName(info.signal);
       if (info.exitCode === -1 || info.exitCode === 0) r.exitCode = 128 + info.signal;

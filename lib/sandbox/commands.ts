@@ -9,7 +9,7 @@ import { constants } from 'node:os';
 import { OutputLostError, TimeoutError, TorporError } from '../errors.js';
 import type { AgentClient } from '../agent/client.js';
 import { ExecSession, type ExecRequest, type StartInfo } from '../agent/exec.js';
-import { withinMs } from './deadline.js';
+import { abortable, throwIfAborted, withinMs } from './deadline.js';
 import { FieldWriter } from '../agent/fields.js';
 import { FLAG_END, FrameType, MAX_PAYLOAD_BYTES } from '../agent/protocol.js';
 import {
@@ -17,7 +17,10 @@ import {
   CommandOutput,
   isProcessGone,
   type CommandResult,
+  type Output,
   type OutputCallbacks,
+  type OutputEncoding,
+  type OutputOf,
   type ProcessControl,
 } from './command-handle.js';
 import {
@@ -29,18 +32,21 @@ import {
   checkKnownKeys,
   checkMaxBuffer,
   checkObject,
-  checkRequestTimeout,
+  checkOneOf,
+  checkRequestOptions,
   checkString,
   callOpts,
   fail,
+  REQUEST_KEYS,
   type RequestOpts,
 } from './validate.js';
 
-export type { CommandResult } from './command-handle.js';
+export type { CommandResult, Output, OutputEncoding, OutputOf } from './command-handle.js';
 export { CommandHandle } from './command-handle.js';
 
-/** How {@link Commands.run} runs a command. Every field is optional. */
-export interface CommandStartOpts extends OutputCallbacks {
+/** How {@link Commands.run} runs a command. Every field is optional. `E` is the output's
+ *  encoding: strings for `'utf8'` (the default), Buffers for `'buffer'`. */
+export interface CommandStartOpts<E extends OutputEncoding = 'utf8'> extends OutputCallbacks<OutputOf<E>> {
   /** Return a CommandHandle at once instead of waiting for the exit. */
   background?: boolean;
   /** Working directory (default: the template's, else the user's home). */
@@ -69,6 +75,14 @@ export interface CommandStartOpts extends OutputCallbacks {
    *  output kept; onStdout/onStderr still see every byte up to the kill. Like Node's
    *  child_process.exec maxBuffer: a guest printing without end cannot exhaust host memory. */
   maxBuffer?: number;
+  /** `'buffer'`: stdout and stderr (the result's, the handle's and the callbacks') are Buffers
+   *  holding the bytes the process wrote, unchanged. Default `'utf8'`: strings (a byte sequence
+   *  that is not UTF-8 becomes U+FFFD, so binary output is not kept). */
+  encoding?: E;
+  /** Abort the run: a foreground command's process group is killed and run() rejects with
+   *  AbortError (ABORTED); for `background: true` it bounds the start only (a process started
+   *  as the abort came is killed). */
+  signal?: AbortSignal;
 }
 
 /** A process in the guest, as {@link Commands.list} reports it. */
@@ -92,7 +106,7 @@ export interface ProcessInfo {
 }
 
 /** How {@link Commands.connect} reattaches to a process. Every field is optional. */
-export interface CommandConnectOpts extends OutputCallbacks {
+export interface CommandConnectOpts<E extends OutputEncoding = 'utf8'> extends OutputCallbacks<OutputOf<E>> {
   /** Where output replay starts, per stream, as byte offsets from the process start:
    *  - a number: the stdout offset (stderr is omitted);
    *  - `{ stdout?, stderr? }`: each stream given (a handle's `offsets` gives both, for a resume
@@ -117,6 +131,10 @@ export interface CommandConnectOpts extends OutputCallbacks {
   /** Stop receiving after this long: wait() rejects with TIMEOUT and the process keeps running
    *  (E2B's option; default, unlike E2B's 60 s: no limit). */
   timeoutMs?: number;
+  /** As for commands.run: `'buffer'` delivers the bytes unchanged (default `'utf8'`). */
+  encoding?: E;
+  /** Abort the attaching: connect() rejects with AbortError (ABORTED); the process runs on. */
+  signal?: AbortSignal;
 }
 
 export type { RequestOpts } from './validate.js';
@@ -133,9 +151,11 @@ const RUN_KEYS = [
   'onStdout',
   'onStderr',
   'maxBuffer',
-  'requestTimeoutMs',
+  ...REQUEST_KEYS,
+  'encoding',
 ] as const;
-const CONNECT_KEYS = ['fromOffset', 'throwOnError', 'onStdout', 'onStderr', 'maxBuffer', 'requestTimeoutMs', 'timeoutMs'] as const;
+const CONNECT_KEYS = ['fromOffset', 'throwOnError', 'onStdout', 'onStderr', 'maxBuffer', 'timeoutMs', 'encoding', ...REQUEST_KEYS] as const;
+const ENCODINGS: readonly OutputEncoding[] = ['utf8', 'buffer'];
 /** Default maxBuffer: generous for real command output, far below what would hurt the host. */
 export const DEFAULT_MAX_BUFFER = 64 * 1024 * 1024;
 const DEFAULT_FOREGROUND_TIMEOUT_MS = 60_000;
@@ -148,6 +168,8 @@ export function exitReportGraceMs(timeoutMs: number): number {
   return Math.min(30_000, Math.max(5_000, Math.round(timeoutMs / 4)));
 }
 const STDIN_CHUNK = 64 * 1024;
+/** How long an abort waits for the kill of what it ends. */
+const ABORT_KILL_TIMEOUT_MS = 5_000;
 
 /** Settings every command of a sandbox inherits (a command's own options win). */
 export interface CommandDefaults {
@@ -194,17 +216,21 @@ export class Commands implements ProcessControl {
    * Starts a command in the background.
    *
    * @param cmd - A shell line, or argv (no shell).
-   * @param opts - With `background: true`.
+   * @param opts - With `background: true`; `encoding: 'buffer'` makes the output Buffers.
    * @returns A handle to the running process: `wait()` for its result, `kill()` to end it.
    * @throws {@link InvalidArgumentError} (INVALID_ARGUMENT) for an unknown or malformed option.
    * @throws {@link TimeoutError} (TIMEOUT) when the agent did not start it within `requestTimeoutMs`.
    */
-  run(cmd: string | string[], opts: CommandStartOpts & { background: true }): Promise<CommandHandle>;
+  run<E extends OutputEncoding = 'utf8'>(
+    cmd: string | string[],
+    opts: CommandStartOpts<E> & { background: true },
+  ): Promise<CommandHandle<OutputOf<E>>>;
   /**
    * Runs a command and waits for its end.
    *
    * @param cmd - A shell line (`/bin/bash -l -c`), or argv (no shell).
-   * @param opts - Working directory, user, environment, stdin, timeout, output callbacks.
+   * @param opts - Working directory, user, environment, stdin, timeout, output callbacks;
+   *   `encoding: 'buffer'` makes the output Buffers.
    * @returns Its exit code and its whole stdout and stderr.
    * @throws {@link CommandExitError} (COMMAND_EXIT) on a non-zero exit, unless `throwOnError: false`.
    * @throws {@link TimeoutError} (TIMEOUT) past `timeoutMs` (default 60 s; the process group is killed).
@@ -212,24 +238,34 @@ export class Commands implements ProcessControl {
    * @throws {@link InvalidArgumentError} (INVALID_ARGUMENT) for an unknown or malformed option.
    * @throws {@link IllegalTransitionError} (INVALID_STATE) unless the sandbox is running.
    */
-  run(cmd: string | string[], opts?: CommandStartOpts & { background?: false }): Promise<CommandResult>;
+  run<E extends OutputEncoding = 'utf8'>(
+    cmd: string | string[],
+    opts?: CommandStartOpts<E> & { background?: false },
+  ): Promise<CommandResult<OutputOf<E>>>;
   /**
    * Runs a command, in the foreground or (`background: true`) the background.
    *
    * @param cmd - A shell line, or argv (no shell).
-   * @param opts - As the two forms above take them.
+   * @param opts - As the forms above take them.
    * @returns The result, or a handle for a background command.
    */
-  run(cmd: string | string[], opts?: CommandStartOpts): Promise<CommandResult | CommandHandle>;
-  run(cmd: string | string[], opts?: CommandStartOpts): Promise<CommandResult | CommandHandle> {
+  run<E extends OutputEncoding = 'utf8'>(
+    cmd: string | string[],
+    opts?: CommandStartOpts<E>,
+  ): Promise<CommandResult<OutputOf<E>> | CommandHandle<OutputOf<E>>>;
+  run(cmd: string | string[], opts?: CommandStartOpts<OutputEncoding>): Promise<CommandResult<Output> | CommandHandle<Output>> {
     const run = this.runNow(cmd, opts);
     if (!opts?.background) this.hooks.onForeground?.(run);
     return run;
   }
 
-  private async runNow(cmd: string | string[], opts: CommandStartOpts = {}): Promise<CommandResult | CommandHandle> {
+  private async runNow(
+    cmd: string | string[],
+    opts: CommandStartOpts<OutputEncoding> = {},
+  ): Promise<CommandResult<Output> | CommandHandle<Output>> {
     const request = toExecRequest(cmd, opts);
     const label = Array.isArray(cmd) ? cmd.join(' ') : cmd;
+    throwIfAborted(opts.signal, label);
     const handle = await this.start(request, opts, label);
     if (typeof opts.stdin === 'string' || opts.stdin instanceof Uint8Array) {
       try {
@@ -242,6 +278,14 @@ export class Commands implements ProcessControl {
       }
     }
     if (opts.background) return handle;
+    // An abort of a foreground run kills the process group, and sees it end, before the call rejects.
+    return abortable(this.waitForeground(handle, request, label), opts.signal, label, async () => {
+      await this.killQuickly(handle.pid);
+      await withinMs(handle.wait(), ABORT_KILL_TIMEOUT_MS, label, () => undefined).catch(() => undefined);
+    });
+  }
+
+  private waitForeground(handle: CommandHandle<Output>, request: ExecRequest, label: string): Promise<CommandResult<Output>> {
     // The agent kills the command at timeoutMs and reports its end. A guest that no longer
     // answers (a stuck kernel, a stalled vsock) would otherwise leave the caller waiting for
     // ever: past timeoutMs and a grace for the kill and its report, the host stops waiting.
@@ -259,6 +303,11 @@ export class Commands implements ProcessControl {
     );
   }
 
+  /** SIGKILL to a process group an abort ends, bounded: a stuck agent must not hold the abort. */
+  private killQuickly(pid: number): Promise<boolean> {
+    return this.kill(pid, 'SIGKILL', { requestTimeoutMs: ABORT_KILL_TIMEOUT_MS }).catch(() => false);
+  }
+
   /** Running processes (as E2B). `includeEnded: true` adds the recently ended ones the agent
    *  keeps for reattaching (with their exitCode).
    *
@@ -267,9 +316,9 @@ export class Commands implements ProcessControl {
    */
   async list(opts: RequestOpts & { includeEnded?: boolean } = {}): Promise<ProcessInfo[]> {
     checkObject('opts', opts);
-    checkKnownKeys('opts', opts, ['includeEnded', 'requestTimeoutMs']);
+    checkKnownKeys('opts', opts, ['includeEnded', ...REQUEST_KEYS]);
     checkBool('opts.includeEnded', opts.includeEnded);
-    checkRequestTimeout(opts);
+    checkRequestOptions(opts);
     const answer = await this.client().call(FrameType.PROC_LIST, new FieldWriter(), callOpts(opts));
     const all = answer.nested('entry').map((e) => {
       const argv = e.strs('arg');
@@ -307,15 +356,17 @@ export class Commands implements ProcessControl {
    * @throws {@link OutputLostError} (OUTPUT_LOST) when a given offset is older than what is kept.
    * @throws {@link TorporError} PROCESS_NOT_FOUND when the agent knows no such process.
    */
-  async connect(pid: number, opts: CommandConnectOpts = {}): Promise<CommandHandle> {
+  async connect<E extends OutputEncoding = 'utf8'>(pid: number, opts?: CommandConnectOpts<E>): Promise<CommandHandle<OutputOf<E>>>;
+  async connect(pid: number, opts: CommandConnectOpts<OutputEncoding> = {}): Promise<CommandHandle<Output>> {
     checkInt('pid', pid, 1, U32_MAX);
     checkObject('opts', opts);
     checkKnownKeys('opts', opts, CONNECT_KEYS);
+    checkOneOf('opts.encoding', opts.encoding, ENCODINGS);
     checkFunction('opts.onStdout', opts.onStdout);
     checkFunction('opts.onStderr', opts.onStderr);
     checkBool('opts.throwOnError', opts.throwOnError);
     checkMaxBuffer('opts.maxBuffer', opts.maxBuffer);
-    checkRequestTimeout(opts);
+    checkRequestOptions(opts);
     checkInt('opts.timeoutMs', opts.timeoutMs, 0, 2 ** 31 - 1);
     let asked: { stdout?: number; stderr?: number } = {};
     if (typeof opts.fromOffset === 'number') {
@@ -362,18 +413,21 @@ export class Commands implements ProcessControl {
   private async attach(
     pid: number,
     offsets: { stdout: number; stderr: number },
-    opts: CommandConnectOpts,
-  ): Promise<CommandHandle> {
+    opts: CommandConnectOpts<OutputEncoding>,
+  ): Promise<CommandHandle<Output>> {
     const client = this.client();
     client.requireFeature('attach');
     let session: ExecSession | undefined;
-    const output = this.limitedOutput(true, opts.maxBuffer, () => session);
+    const output = this.limitedOutput(true, opts.maxBuffer, () => session, opts.encoding);
     const failed = (err: unknown) => output.callbackFailed(err, () => session?.detach());
     session = ExecSession.attach(client, pid, offsets, {
       onStdout: (data) => deliver(opts.onStdout, output.out.push(data), failed),
       onStderr: (data) => deliver(opts.onStderr, output.err.push(data), failed),
     });
-    await startedWithin(session, opts.requestTimeoutMs, `attaching to process ${pid}`);
+    const s = session;
+    await abortable(startedWithin(s, opts.requestTimeoutMs, `attaching to process ${pid}`), opts.signal, `attaching to process ${pid}`, () =>
+      s.detach(),
+    );
     if (opts.timeoutMs) {
       const ms = opts.timeoutMs;
       const timer = setTimeout(
@@ -388,15 +442,21 @@ export class Commands implements ProcessControl {
 
   /** Output kept up to maxBuffer per stream; past it, the process is killed (its EXITED then ends
    *  the session; should the kill fail, the session is dropped so wait() does not hang). */
-  private limitedOutput(keep: boolean, maxBuffer: number | undefined, session: () => ExecSession | undefined): CommandOutput {
-    const output: CommandOutput = new CommandOutput(keep, maxBuffer ?? DEFAULT_MAX_BUFFER, () => {
+  private limitedOutput(
+    keep: boolean,
+    maxBuffer: number | undefined,
+    session: () => ExecSession | undefined,
+    encoding: OutputEncoding = 'utf8',
+  ): CommandOutput<Output> {
+    const onLimit = () => {
       const s = session();
       if (s?.pid === undefined) return;
       this.kill(s.pid).catch((err: unknown) => {
         output.killError = err;
         s.detach();
       });
-    });
+    };
+    const output = new CommandOutput<Output>(keep, maxBuffer ?? DEFAULT_MAX_BUFFER, onLimit, encoding);
     return output;
   }
 
@@ -478,9 +538,16 @@ export class Commands implements ProcessControl {
   /** @internal shared with Pty */
   async start(
     request: ExecRequest,
-    opts: OutputCallbacks & { throwOnError?: boolean; maxBuffer?: number; requestTimeoutMs?: number; raw?: (data: Buffer) => void },
+    opts: OutputCallbacks<Output> & {
+      throwOnError?: boolean;
+      maxBuffer?: number;
+      requestTimeoutMs?: number;
+      encoding?: OutputEncoding;
+      signal?: AbortSignal;
+      raw?: (data: Buffer) => void;
+    },
     label: string,
-  ): Promise<CommandHandle> {
+  ): Promise<CommandHandle<Output>> {
     // An agent before the `users` feature takes exec strings of at most 64 KiB and requests of
     // at most 1 MiB (more would close its connection): say so here instead.
     const client = this.client();
@@ -503,7 +570,7 @@ export class Commands implements ProcessControl {
     }
     // A pty (raw) keeps no output: its bytes go to onData only.
     let session: ExecSession | undefined;
-    const output = this.limitedOutput(opts.raw === undefined, opts.maxBuffer, () => session);
+    const output = this.limitedOutput(opts.raw === undefined, opts.maxBuffer, () => session, opts.encoding);
     const failed = (err: unknown) => output.callbackFailed(err, () => session?.detach());
     session = ExecSession.exec(client, request, {
       onStdout: (data) => {
@@ -512,7 +579,10 @@ export class Commands implements ProcessControl {
       },
       onStderr: (data) => deliver(opts.onStderr, output.err.push(data), failed),
     });
-    const started = await startedWithin(session, opts.requestTimeoutMs, `starting ${label}`);
+    const s = session;
+    // Aborted while starting: once the agent says it started, the process is killed.
+    const abandon = () => void s.started.then((info) => this.killQuickly(info.pid)).finally(() => s.detach()).catch(() => undefined);
+    const started = await abortable(startedWithin(session, opts.requestTimeoutMs, `starting ${label}`), opts.signal, `starting ${label}`, abandon);
     return new CommandHandle(started.pid, session, this, label, opts.throwOnError ?? true, output);
   }
 }
@@ -520,10 +590,10 @@ export class Commands implements ProcessControl {
 /** Calls a user's output callback. One that throws (or whose promise rejects) ends this view of
  *  the process: `failed` records the error, which wait()/run() then reject with (as E2B does);
  *  the process itself keeps running (commands.connect reattaches). */
-function deliver(cb: ((s: string) => void | Promise<void>) | undefined, text: string, failed: (err: unknown) => void): void {
-  if (!cb || !text) return;
+function deliver(cb: ((piece: Output) => void | Promise<void>) | undefined, piece: Output, failed: (err: unknown) => void): void {
+  if (!cb || piece.length === 0) return;
   try {
-    const r = cb(text);
+    const r = cb(piece);
     if (r && typeof (r as Promise<void>).catch === 'function') (r as Promise<void>).catch(failed);
   } catch (err) {
     failed(err);
@@ -537,13 +607,13 @@ function startedWithin(session: ExecSession, ms: number | undefined, what: strin
 
 function checkRequestOpts(opts: RequestOpts): void {
   checkObject('opts', opts);
-  checkKnownKeys('opts', opts, ['requestTimeoutMs']);
-  checkRequestTimeout(opts);
+  checkKnownKeys('opts', opts, REQUEST_KEYS);
+  checkRequestOptions(opts);
 }
 
 
 
-export function toExecRequest(cmd: string | string[], opts: CommandStartOpts): ExecRequest {
+export function toExecRequest(cmd: string | string[], opts: CommandStartOpts<OutputEncoding>): ExecRequest {
   checkObject('opts', opts);
   checkKnownKeys('opts', opts, RUN_KEYS);
   const req: ExecRequest = {};
@@ -570,7 +640,8 @@ export function toExecRequest(cmd: string | string[], opts: CommandStartOpts): E
   checkFunction('opts.onStdout', opts.onStdout);
   checkFunction('opts.onStderr', opts.onStderr);
   checkMaxBuffer('opts.maxBuffer', opts.maxBuffer);
-  checkRequestTimeout(opts);
+  checkOneOf('opts.encoding', opts.encoding, ENCODINGS);
+  checkRequestOptions(opts);
   if (opts.stdin !== undefined && typeof opts.stdin !== 'boolean' && typeof opts.stdin !== 'string' && !(opts.stdin instanceof Uint8Array)) {
     fail('opts.stdin', 'a boolean, a string or a Uint8Array', opts.stdin);
   }

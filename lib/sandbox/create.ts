@@ -61,6 +61,7 @@ export async function startSandbox(opts: SandboxOpts, from: CreateSources): Prom
     ownerPid: process.pid,
     state: 'starting',
     ...(opts.timeoutMs ? { timeoutMs: opts.timeoutMs, onTimeout: opts.lifecycle?.onTimeout ?? 'kill' } : {}),
+    ...(opts.lifecycle?.autoResume ? { autoResume: true } : {}),
     ...(netOpts ? { network: netOpts } : {}),
   };
 

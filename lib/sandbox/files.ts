@@ -5,14 +5,14 @@
 import { posix } from 'node:path';
 import { Readable } from 'node:stream';
 
-import { TorporError, createError } from '../errors.js';
-import { withinMs } from './deadline.js';
+import { AbortError, TorporError, createError } from '../errors.js';
+import { abortable, throwIfAborted, withinMs } from './deadline.js';
 import type { AgentClient } from '../agent/client.js';
 import { FieldWriter, type Fields } from '../agent/fields.js';
 import { FLAG_END, FrameType } from '../agent/protocol.js';
 import type { RequestStream } from '../agent/stream.js';
 import { WatchHandle, watchStarted, type FilesystemEvent, type WatchOpts } from './watch.js';
-import { callOpts, checkInt, checkKnownKeys, checkObject, checkPath, checkRequestTimeout, checkString, fail } from './validate.js';
+import { REQUEST_KEYS, callOpts, checkInt, checkKnownKeys, checkObject, checkPath, checkRequestOptions, checkString, fail, type RequestOpts } from './validate.js';
 
 /** What a guest path is: a regular file, a directory, a symlink, or anything else (device, socket, fifo). */
 export type FileType = 'file' | 'dir' | 'symlink' | 'other';
@@ -46,15 +46,13 @@ export interface EntryInfo {
 }
 
 /** Options every files call takes (E2B's). */
-export interface FileOpts {
+export interface FileOpts extends RequestOpts {
   /** Act as this guest user: a relative path is relative to that user's home, and what the
    *  call creates is owned by that user. Default: the agent's default user (`user` in
    *  torpor's image). */
   user?: string;
-  /** Give up waiting for the agent after this long (TimeoutError, code TIMEOUT). */
-  requestTimeoutMs?: number;
 }
-const FILE_KEYS = ['user', 'requestTimeoutMs'] as const;
+const FILE_KEYS = ['user', ...REQUEST_KEYS] as const;
 
 /** A file {@link Files.write} wrote. */
 export interface WriteInfo {
@@ -325,7 +323,7 @@ export class Files {
     client.requireFeature('watch');
     const fw = this.target(new FieldWriter().str('path', path).bool('recursive', opts.recursive ?? false), opts);
     const handle = new WatchHandle(client, fw, path, onEvent, opts);
-    return watchStarted(handle, opts.requestTimeoutMs, path);
+    return watchStarted(handle, opts.requestTimeoutMs, path, opts.signal);
   }
 
   private async stat(path: string, opts: FileOpts, follow: boolean): Promise<EntryInfo> {
@@ -346,6 +344,7 @@ export class Files {
   }
 
   private async writeOne(path: string, data: WriteData, opts: WriteOpts): Promise<WriteInfo> {
+    throwIfAborted(opts.signal, `write ${path}`);
     // No mode: a new file gets 0644, an existing one keeps its mode and owner (the agent's rule).
     const fw = this.target(new FieldWriter().str('path', path), opts);
     if (opts.mode !== undefined) fw.u32('mode', opts.mode);
@@ -366,17 +365,26 @@ export class Files {
         failed(err);
       },
     });
-    await withTimeout(opts, `write ${path}`, () => {
+    const cancel = () => {
       if (!stream.done) stream.cancel();
-    }, async () => {
-      try {
-        await sendAll(stream, data);
-      } catch (err) {
-        if (!stream.done) stream.cancel();
-        throw agentError ?? err;
-      }
-      await answer;
-    });
+    };
+    // An abort while bytes are still going cancels the write: the agent removes its temporary
+    // file and the target is untouched. Once the last byte is sent the write is the agent's to
+    // finish (fsync, rename): it completes, so the caller never sees ABORTED for a file written.
+    await withinMs(
+      (async () => {
+        try {
+          await abortable(sendAll(stream, data), opts.signal, `write ${path}`, cancel);
+        } catch (err) {
+          cancel();
+          throw err instanceof AbortError ? err : (agentError ?? err);
+        }
+        await answer;
+      })(),
+      opts.requestTimeoutMs,
+      `write ${path}`,
+      cancel,
+    );
     return { name: posix.basename(path), type: 'file', path };
   }
 }
@@ -387,9 +395,11 @@ export interface WriteOpts extends FileOpts {
   mode?: number;
 }
 
-/** Runs `work`, failing with TIMEOUT (after `abandon`) when opts.requestTimeoutMs passes first. */
+/** Runs `work`, failing with TIMEOUT when opts.requestTimeoutMs passes first, or ABORTED when
+ *  opts.signal aborts first (after `abandon` either way). */
 function withTimeout<T>(opts: FileOpts, what: string, abandon: () => void, work: () => Promise<T>): Promise<T> {
-  return withinMs(work(), opts.requestTimeoutMs, what, abandon);
+  throwIfAborted(opts.signal, what);
+  return abortable(withinMs(work(), opts.requestTimeoutMs, what, abandon), opts.signal, what, abandon);
 }
 
 function checkFileOpts(opts: unknown, more: readonly string[] = []): void {
@@ -397,7 +407,7 @@ function checkFileOpts(opts: unknown, more: readonly string[] = []): void {
   const o = (opts ?? {}) as FileOpts;
   checkKnownKeys('opts', o, [...FILE_KEYS, ...more]);
   checkString('opts.user', o.user, { nonEmpty: true });
-  checkRequestTimeout(o);
+  checkRequestOptions(o);
 }
 
 async function sendAll(stream: RequestStream, data: WriteData): Promise<void> {

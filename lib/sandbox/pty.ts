@@ -11,9 +11,10 @@ import {
   checkInt,
   checkKnownKeys,
   checkObject,
-  checkRequestTimeout,
+  checkRequestOptions,
   checkString,
   fail,
+  REQUEST_KEYS,
   type RequestOpts,
 } from './validate.js';
 
@@ -41,6 +42,8 @@ export interface PtyCreateOpts extends PtySize {
   timeoutMs?: number;
   /** How long to wait for the agent to start it (default: no limit). */
   requestTimeoutMs?: number;
+  /** Abort the start: create() rejects with AbortError (ABORTED); a program that started as the abort came is killed. */
+  signal?: AbortSignal;
 }
 
 /** A program running on a terminal, as {@link Pty.create} returns it; `await using` kills it at the end of its scope. */
@@ -59,7 +62,7 @@ export interface PtyHandle extends AsyncDisposable {
   disconnect(): Promise<void>;
 }
 
-const KEYS = ['cols', 'rows', 'onData', 'cmd', 'cwd', 'user', 'envs', 'timeoutMs', 'requestTimeoutMs'] as const;
+const KEYS = ['cols', 'rows', 'onData', 'cmd', 'cwd', 'user', 'envs', 'timeoutMs', ...REQUEST_KEYS] as const;
 
 /** Interactive programs on a pseudo-terminal in the guest (`sbx.pty`). */
 export class Pty {
@@ -88,14 +91,14 @@ export class Pty {
     checkString('opts.user', opts.user, { nonEmpty: true });
     checkEnvs('opts.envs', opts.envs);
     checkInt('opts.timeoutMs', opts.timeoutMs, 0, 0xffffffff);
-    checkRequestTimeout(opts);
+    checkRequestOptions(opts);
     if (opts.cmd !== undefined && (!Array.isArray(opts.cmd) || opts.cmd.length === 0)) fail('opts.cmd', 'a non-empty argv array', opts.cmd);
     opts.cmd?.forEach((a, i) => checkString(`opts.cmd[${i}]`, a));
     this.client().requireFeature('pty');
     const argv = opts.cmd ?? ['/bin/bash', '-i', '-l'];
     const envs = { TERM: 'xterm-256color', ...(opts.envs ?? {}) };
     const onData = opts.onData;
-    const handle: CommandHandle = await this.commands.start(
+    const handle = (await this.commands.start(
       {
         argv,
         envs,
@@ -108,6 +111,7 @@ export class Pty {
       {
         throwOnError: false,
         ...(opts.requestTimeoutMs ? { requestTimeoutMs: opts.requestTimeoutMs } : {}),
+        ...(opts.signal ? { signal: opts.signal } : {}),
         raw: (data) => {
           try {
             onData(new Uint8Array(data.buffer, data.byteOffset, data.length));
@@ -117,7 +121,7 @@ export class Pty {
         },
       },
       argv.join(' '),
-    );
+    )) as CommandHandle;
     const pid = handle.pid;
     return {
       pid,
@@ -155,8 +159,8 @@ export class Pty {
     checkObject('size', size);
     checkSize(size);
     checkObject('opts', opts);
-    checkKnownKeys('opts', opts, ['requestTimeoutMs']);
-    checkRequestTimeout(opts);
+    checkKnownKeys('opts', opts, REQUEST_KEYS);
+    checkRequestOptions(opts);
     const fw = new FieldWriter().u32('pid', pid).u32('pty_rows', size.rows).u32('pty_cols', size.cols);
     await this.client().call(FrameType.PTY_RESIZE, fw, callOpts(opts));
   }

@@ -33,6 +33,9 @@ export interface ConnectOpts {
    * written after it are lost). Files are what must never be lost, hence the default.
    */
   onOwnerDeath?: 'disk' | 'memory';
+  /** Abort the connect: it rejects with AbortError (ABORTED) and the sandbox stays paused (one
+   *  already running again is paused again first). */
+  signal?: AbortSignal;
 }
 
 /** What a running sandbox is made of; replaced whole after a resume. */

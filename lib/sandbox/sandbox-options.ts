@@ -10,9 +10,9 @@ import type { CommandDefaults } from './commands.js';
 import { SANDBOX_STATES, isSandboxState, type SandboxState } from './lifecycle.js';
 import type { ConnectOpts } from './resume.js';
 import type { ListOpts, SandboxOpts } from './sandbox.js';
-import { checkEnvs, checkInt, checkKnownKeys, checkObject, checkString, fail } from './validate.js';
+import { checkBool, checkEnvs, checkInt, checkKnownKeys, checkObject, checkSignal, checkString, fail } from './validate.js';
 
-const OPT_KEYS = ['template', 'resources', 'vcpus', 'memoryMiB', 'envs', 'metadata', 'boot', 'timeoutMs', 'lifecycle', 'network', 'onDispose'] as const;
+const OPT_KEYS = ['template', 'resources', 'vcpus', 'memoryMiB', 'envs', 'metadata', 'boot', 'timeoutMs', 'lifecycle', 'network', 'onDispose', 'signal'] as const;
 
 function checkOnDispose(what: unknown): void {
   if (what !== undefined && what !== 'kill' && what !== 'pause') fail('opts.onDispose', "'kill' or 'pause'", what);
@@ -67,9 +67,12 @@ export function checkCreateOpts(opts: SandboxOpts): void {
   checkEnvs('opts.metadata', opts.metadata);
   checkInt('opts.timeoutMs', opts.timeoutMs, 1, 2 ** 31 - 1);
   checkObject('opts.lifecycle', opts.lifecycle);
-  checkKnownKeys('opts.lifecycle', opts.lifecycle, ['onTimeout']);
+  checkKnownKeys('opts.lifecycle', opts.lifecycle, ['onTimeout', 'autoResume']);
   const onTimeout = opts.lifecycle?.onTimeout;
   if (onTimeout !== undefined && onTimeout !== 'pause' && onTimeout !== 'kill') fail('opts.lifecycle.onTimeout', "'pause' or 'kill'", onTimeout);
+  checkBool('opts.lifecycle.autoResume', opts.lifecycle?.autoResume);
+  if (opts.lifecycle?.autoResume && onTimeout !== 'pause') fail('opts.lifecycle.autoResume', "used with onTimeout: 'pause' (only an idle pause resumes by itself)", true);
+  checkSignal('opts.signal', opts.signal);
   checkObject('opts.boot', opts.boot);
   checkKnownKeys('opts.boot', opts.boot, ['kernel', 'cmdlineExtra', 'timeoutMs']);
   checkString('opts.boot.kernel', opts.boot?.kernel, { nonEmpty: true });
@@ -82,7 +85,8 @@ export function checkCreateOpts(opts: SandboxOpts): void {
 
 export function checkConnectOpts(opts: ConnectOpts): void {
   checkObject('opts', opts);
-  checkKnownKeys('opts', opts, ['onResume', 'restoreTimeoutMs', 'bootTimeoutMs', 'onDispose', 'onOwnerDeath']);
+  checkKnownKeys('opts', opts, ['onResume', 'restoreTimeoutMs', 'bootTimeoutMs', 'onDispose', 'onOwnerDeath', 'signal']);
+  checkSignal('opts.signal', opts.signal);
   if (opts.onOwnerDeath !== undefined && opts.onOwnerDeath !== 'disk' && opts.onOwnerDeath !== 'memory') fail('opts.onOwnerDeath', "'disk' or 'memory'", opts.onOwnerDeath);
   checkOnDispose(opts.onDispose);
   if (opts.onResume !== undefined && opts.onResume !== 'restore' && opts.onResume !== 'reboot') fail('opts.onResume', "'restore' or 'reboot'", opts.onResume);

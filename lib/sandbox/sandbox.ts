@@ -16,7 +16,7 @@
 import { EventEmitter } from 'node:events';
 import { existsSync } from 'node:fs';
 
-import { InvalidArgumentError, KvmUnavailableError, SandboxNotFoundError, TemplateNotFoundError, TorporError } from '../errors.js';
+import { InvalidArgumentError, KvmUnavailableError, abortError, SandboxNotFoundError, TemplateNotFoundError, TorporError } from '../errors.js';
 import type { AgentClient } from '../agent/client.js';
 import type { NetworkOptions } from '../net/options.js';
 import { checkKernelFile } from '../setup/kernel-format.js';
@@ -26,6 +26,7 @@ import { readTemplateRecord, type TemplateRecord } from '../template/record.js';
 import { mergeResourceAliases, type ResourcesOpts } from '../template/resources.js';
 import type { Machine } from '../vm/machine.js';
 import { agentApiWith } from './agent-api.js';
+import { resumingOnCall } from './auto-resume.js';
 import { sharedArtifacts } from './artifacts-cache.js';
 import type { Commands } from './commands.js';
 import { startSandbox } from './create.js';
@@ -42,7 +43,8 @@ import { installSignalHandlers, registerRunning, unregisterRunning } from './pro
 import type { Pty } from './pty.js';
 import { resume, type ConnectOpts, type Running } from './resume.js';
 import { checkConnectOpts, checkCreateOpts, checkSetTimeout, commandDefaultsOf, listFilter, normalizeCreateArgs } from './sandbox-options.js';
-import { checkInt } from './validate.js';
+import { abortable, throwIfAborted } from './deadline.js';
+import { checkInt, checkKnownKeys, checkObject, checkSignal } from './validate.js';
 
 export type { ConnectOpts } from './resume.js';
 export type { SandboxInfo } from './info.js';
@@ -107,7 +109,14 @@ export interface SandboxOpts {
   lifecycle?: {
     /** What the timeout does: 'kill' (default) or 'pause' (a paused sandbox costs disk only). */
     onTimeout?: OnTimeout;
+    /** With onTimeout 'pause': the next call on the idle-paused sandbox (commands, files, pty)
+     *  resumes it first, in this process, and then runs (E2B's option). A sandbox paused by
+     *  `pause()` stays paused until resumed. Kept across pause and connect. */
+    autoResume?: boolean;
   };
+  /** Abort the create: it rejects with AbortError (ABORTED) and no sandbox is left (one that
+   *  had started is killed first). */
+  signal?: AbortSignal;
   /** The guest's network (lib/net/options.ts): egress on, host loopback off by default; false: no
    *  network device. Kept across pause and connect (a fresh backend each run: docs/network.md). */
   network?: NetworkOptions | false;
@@ -188,6 +197,10 @@ export class Sandbox extends EventEmitter<SandboxEvents> implements AsyncDisposa
   #internal = false;
   /** The pause in progress: connect and kill in this process wait for it. */
   #pausing: Promise<PauseResult> | null = null;
+  /** The last pause was the idle timer's (lifecycle.autoResume resumes only those). */
+  #idlePaused = false;
+  /** An auto resume under way: concurrent calls share it. */
+  #autoResuming: Promise<void> | null = null;
   /** Set while the idle timeout acts, so the events it causes say so. */
   #cause: SandboxEventCause = 'call';
   #onDispose: 'kill' | 'pause' = 'kill';
@@ -208,9 +221,11 @@ export class Sandbox extends EventEmitter<SandboxEvents> implements AsyncDisposa
         p.then(done, done);
       },
     });
-    this.commands = api.commands;
-    this.files = api.files;
-    this.pty = api.pty;
+    // lifecycle.autoResume: the next call after an idle pause resumes first (auto-resume.ts).
+    const resumeFirst = () => this.#autoResumeFirst();
+    this.commands = resumingOnCall(api.commands, resumeFirst);
+    this.files = resumingOnCall(api.files, resumeFirst);
+    this.pty = resumingOnCall(api.pty, resumeFirst);
     this.#adopt(run);
     this.#armTimeout();
     registerRunning(this);
@@ -250,6 +265,21 @@ export class Sandbox extends EventEmitter<SandboxEvents> implements AsyncDisposa
       return err as TorporError;
     }
     return new TorporError('INVALID_STATE', `${what}: sandbox ${this.sandboxId} has no machine`);
+  }
+
+  /** Whether a call must resume the sandbox first (lifecycle.autoResume after an idle pause):
+   *  the resume to wait for, or null to go straight on. */
+  #autoResumeFirst(): Promise<void> | null {
+    if (!this.#meta.autoResume) return null;
+    if (this.#autoResuming) return this.#autoResuming;
+    const state = this.#life.state;
+    if (!this.#idlePaused || (state !== 'paused' && state !== 'pausing')) return null;
+    this.#autoResuming = this.resume()
+      .then(() => undefined)
+      .finally(() => {
+        this.#autoResuming = null;
+      });
+    return this.#autoResuming;
   }
 
   /** Hooks a new machine and client into the sandbox: activity, and the guest ending by itself. */
@@ -338,11 +368,18 @@ export class Sandbox extends EventEmitter<SandboxEvents> implements AsyncDisposa
     const support = await linuxGuestSupport(opts.boot?.kernel);
     if (!support.ok) throw new KvmUnavailableError(`cannot start a Linux sandbox on this host: ${support.reason}`);
 
-    const artifacts = await sharedArtifacts(opts.boot?.kernel);
+    throwIfAborted(opts.signal, 'Sandbox.create');
+    // The artifacts are shared (a kernel being built goes on for the next create): an abort only stops waiting.
+    const artifacts = await abortable(sharedArtifacts(opts.boot?.kernel), opts.signal, 'Sandbox.create', () => undefined);
     if (!artifacts.linuxBootable) {
       throw new KvmUnavailableError(`cannot start a Linux sandbox on this host: ${artifacts.notes.join(' ')}`);
     }
-    const { dir, meta, run } = await startSandbox(opts, { template, user, sizes, artifacts });
+    // An abort while the machine starts waits for it and kills it: no sandbox is left.
+    const starting = startSandbox(opts, { template, user, sizes, artifacts });
+    const { dir, meta, run } = await abortable(starting, opts.signal, 'Sandbox.create', async () => {
+      const started = await starting.catch(() => null);
+      if (started) await new Sandbox(started.dir, started.meta, started.run).kill();
+    });
     const sbx = new Sandbox(dir, meta, run);
     if (opts.onDispose) sbx.#onDispose = opts.onDispose;
     return sbx;
@@ -355,19 +392,28 @@ export class Sandbox extends EventEmitter<SandboxEvents> implements AsyncDisposa
    * written since after that) and stopped, the owner lock is released. The sandbox is then
    * `paused`: `Sandbox.connect(sandboxId)` continues it, from this process or another.
    *
+   * @param opts - `signal`: abort while the pause still waits for foreground commands and the
+   *   guest's sync: it rejects with AbortError (ABORTED) and the sandbox runs on. Once its machine
+   *   is being captured the pause completes (a half-written pause is what an abort must not leave).
    * @returns What the capture wrote and how long it took.
    * @throws {@link IllegalTransitionError} (INVALID_STATE) unless the sandbox is running.
    * @throws {@link NotEnoughSpaceError} (OUT_OF_SPACE) when the host's disk is full; a capture that
    *   fails before the machine stopped leaves the sandbox running.
+   * @throws {@link AbortError} (ABORTED) when `opts.signal` aborted it before the capture began.
    */
-  pause(): Promise<PauseResult> {
+  pause(opts: { signal?: AbortSignal } = {}): Promise<PauseResult> {
     try {
+      checkObject('opts', opts);
+      checkKnownKeys('opts', opts, ['signal']);
+      checkSignal('opts.signal', opts.signal);
       this.#life.require('pause()', 'running');
+      throwIfAborted(opts.signal, `pause ${this.sandboxId}`);
     } catch (err) {
       return Promise.reject(err);
     }
     const cause = this.#cause;
-    const p = this.#pauseNow();
+    this.#idlePaused = cause === 'timeout';
+    const p = this.#pauseNow(opts.signal);
     p.then((r) => this.emit('paused', { sandboxId: this.sandboxId, generation: r.generation, cause }), () => undefined);
     this.#pausing = p;
     const clear = () => {
@@ -377,20 +423,24 @@ export class Sandbox extends EventEmitter<SandboxEvents> implements AsyncDisposa
     return p;
   }
 
-  async #pauseNow(): Promise<PauseResult> {
+  async #pauseNow(signal: AbortSignal | undefined): Promise<PauseResult> {
     const run = this.#run!;
     this.#life.to('pausing');
     run.guest.machine.captureOnTeardown(null);
     this.#idle?.stop();
-    // Captured while the guest still ran would be fine for memory, but the output of a command
-    // finishing during the capture would reach nobody: let them end first.
-    await Promise.allSettled([...this.#foreground]);
-    this.#internal = true;
-    try {
-      await syncBeforeCapture(run.guest.client);
-    } finally {
-      this.#internal = false;
-    }
+    // Until the capture begins an abort leaves the sandbox as it was: running, its exit capture
+    // and idle timer armed again.
+    let aborted = false;
+    const runOn = () => {
+      aborted = true;
+      captureOnTeardown(run.guest.machine, this.#dir);
+      this.#life.to('running');
+      this.#idlePaused = false;
+      this.#armTimeout();
+    };
+    await abortable(this.#settleBeforeCapture(run), signal, `pause ${this.sandboxId}`, runOn);
+    // An abort that came as the wait ended (in the same turn) has already put it back to running.
+    if (aborted) throw abortError(signal!, `pause ${this.sandboxId}`);
     const pausedAt = new Date();
     if (!existsSync(this.#dir.metaPath)) {
       // The directory was removed under a running sandbox (a test's temporary home): a capture
@@ -429,6 +479,19 @@ export class Sandbox extends EventEmitter<SandboxEvents> implements AsyncDisposa
       durableMs: snap.durableMs,
       pausedAt,
     };
+  }
+
+  /** What a pause waits for before the capture: foreground commands, then the guest's sync. */
+  async #settleBeforeCapture(run: Running): Promise<void> {
+    // Captured while the guest still ran would be fine for memory, but the output of a command
+    // finishing during the capture would reach nobody: let them end first.
+    await Promise.allSettled([...this.#foreground]);
+    this.#internal = true;
+    try {
+      await syncBeforeCapture(run.guest.client);
+    } finally {
+      this.#internal = false;
+    }
   }
 
   /** The process is ending (an `exit` handler): capture now, synchronously, and record the
@@ -507,7 +570,13 @@ export class Sandbox extends EventEmitter<SandboxEvents> implements AsyncDisposa
     if (!taken.ok) throw SANDBOX_BUSY(sandboxId, taken.ownerPid);
     const lock = taken.lock;
     try {
-      const { meta, run } = await resume(dir, await dir.readMeta(), lock, opts);
+      throwIfAborted(opts.signal, `connect ${sandboxId}`);
+      // An abort while it resumes waits for the machine and pauses it again: it stays paused.
+      const resuming = resume(dir, await dir.readMeta(), lock, opts);
+      const { meta, run } = await abortable(resuming, opts.signal, `connect ${sandboxId}`, async () => {
+        const resumed = await resuming.catch(() => null);
+        if (resumed) await new Sandbox(dir, resumed.meta, resumed.run).pause();
+      });
       const sbx = new Sandbox(dir, meta, run);
       if (opts.onDispose) sbx.#onDispose = opts.onDispose;
       return sbx;
@@ -544,11 +613,22 @@ export class Sandbox extends EventEmitter<SandboxEvents> implements AsyncDisposa
     if (!taken.ok) throw SANDBOX_BUSY(this.sandboxId, taken.ownerPid);
     this.#life.to('resuming');
     try {
-      const { meta, run } = await resume(dir, await dir.readMeta(), taken.lock, opts);
+      throwIfAborted(opts.signal, `resume ${this.sandboxId}`);
+      // An abort while it resumes waits for the machine and pauses it again (through a Sandbox
+      // object of its own, which then gives the id back to this one): it stays paused.
+      const resuming = resume(dir, await dir.readMeta(), taken.lock, opts);
+      const { meta, run } = await abortable(resuming, opts.signal, `resume ${this.sandboxId}`, async () => {
+        const resumed = await resuming.catch(() => null);
+        if (!resumed) return;
+        await new Sandbox(dir, resumed.meta, resumed.run).pause();
+        addLive(this);
+        this.#meta = await dir.readMeta();
+      });
       this.#meta = meta;
       this.#run = run;
       this.#adopt(run);
       this.#life.to('running');
+      this.#idlePaused = false;
       this.#armTimeout();
       registerRunning(this);
       addLive(this);

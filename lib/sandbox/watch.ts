@@ -4,7 +4,7 @@
 // repeated. Events the agent could not keep (a reader too slow, the kernel's queue full) arrive
 // as one `overflow` event with the count, never silently dropped.
 import { TorporError } from '../errors.js';
-import { withinMs } from './deadline.js';
+import { abortable, withinMs } from './deadline.js';
 import type { AgentClient } from '../agent/client.js';
 import { FieldWriter } from '../agent/fields.js';
 import { FLAG_END, FrameType } from '../agent/protocol.js';
@@ -115,12 +115,12 @@ export class WatchHandle implements AsyncDisposable {
     }
   }
 
-  /** Stops watching (the agent drops the watch). */
   /** What `await using` does at the end of its scope: stop(). */
   [Symbol.asyncDispose](): Promise<void> {
     return this.stop();
   }
 
+  /** Stops watching (the agent drops the watch). */
   async stop(): Promise<void> {
     if (this.ended) return;
     this.stream.cancel();
@@ -159,7 +159,11 @@ export class WatchHandle implements AsyncDisposable {
 }
 
 /** requestTimeoutMs for the watch's start. */
-export async function watchStarted(handle: WatchHandle, ms: number | undefined, path: string): Promise<WatchHandle> {
-  await withinMs(handle.started, ms, `watchDir ${path}`, () => void handle.stop());
+export async function watchStarted(handle: WatchHandle, ms: number | undefined, path: string, signal?: AbortSignal): Promise<WatchHandle> {
+  const stop = () => void handle.stop();
+  await abortable(withinMs(handle.started, ms, `watchDir ${path}`, stop), signal, `watchDir ${path}`, stop);
+  // After the start, the signal ends the watch, as it does fs.watch's.
+  // (Stopping an ended watch does nothing, so the listener may outlive it.)
+  if (signal && !signal.aborted) signal.addEventListener('abort', stop, { once: true });
   return handle;
 }

@@ -48,6 +48,8 @@ export interface SandboxMeta {
   /** Lifetime after the last activity, re-armed on connect. */
   timeoutMs?: number;
   onTimeout?: OnTimeout;
+  /** An idle pause (onTimeout 'pause') is resumed by the next call on the sandbox in its process. */
+  autoResume?: boolean;
   /** The generation the last pause wrote, and when (host wall clock, ISO). */
   generation?: number;
   pausedAt?: string;
@@ -123,6 +125,7 @@ export function parseMeta(text: string, path: string, templatesRoot?: string): S
   if (m.ownerPid !== null && !isPosInt(m.ownerPid)) throw badMeta(path, 'ownerPid is malformed');
   if (m.timeoutMs !== undefined && !isPosInt(m.timeoutMs)) throw badMeta(path, 'timeoutMs is malformed');
   if (m.onTimeout !== undefined && m.onTimeout !== 'pause' && m.onTimeout !== 'kill') throw badMeta(path, 'onTimeout is malformed');
+  if (m.autoResume !== undefined && typeof m.autoResume !== 'boolean') throw badMeta(path, 'autoResume is malformed');
   if (m.generation !== undefined && !isPosInt(m.generation)) throw badMeta(path, 'generation is malformed');
   for (const k of ['pausedAt', 'resumedAt', 'resumeReason'] as const) {
     if (m[k] !== undefined && !isStr(m[k])) throw badMeta(path, `${k} is not a string`);
