@@ -176,6 +176,30 @@ kvmTest('connect when the old host port is taken: getHost names the new one; the
   await until(async () => (await passtChildren()).length === 0, 'passt to end with kill()');
 });
 
+kvmTest("the network backend dying on its own is an 'error' event (NET_BACKEND); pause and connect start a new one", async () => {
+  const sbx = await Sandbox.create(bootOpts);
+  let again: Sandbox | undefined;
+  try {
+    const [passt] = await passtChildren();
+    assert.ok(passt, 'a passt runs beside the machine');
+    const failed = new Promise<Error>((r) => sbx.once('error', r));
+    process.kill(passt!, 'SIGKILL');
+    const alive = setInterval(() => undefined, 1000); // nothing else keeps the process alive meanwhile
+    const err = await failed.finally(() => clearInterval(alive));
+    assert.ok(err instanceof TorporError && err.code === 'NET_BACKEND', String(err));
+    assert.match(err.message, /signal SIGKILL/);
+    assert.match(err.message, /pause and connect start a new one/);
+    assert.is(sbx.state, 'running', 'the sandbox runs on without a network');
+    assert.throws(() => sbx.getHost(8080), /passt/);
+    await sbx.pause();
+    again = await Sandbox.connect(sbx.sandboxId);
+    assert.is((await passtChildren()).length, 1, 'a new backend');
+    assert.match(await arp(again), /^net-arp=ok /);
+  } finally {
+    await (again ?? sbx).kill();
+  }
+});
+
 kvmTest('network: false stays off across pause and connect', async () => {
   const sbx = await Sandbox.create({ ...bootOpts, network: false });
   const id = sbx.sandboxId;

@@ -15,6 +15,7 @@ export class SandboxNetwork {
   #network: ResolvedNetwork;
   #machineEnd: number | undefined;
   #failure: TorporError | undefined;
+  #onFailure: ((err: TorporError) => void) | undefined;
 
   private constructor(passt: Passt, network: ResolvedNetwork, machineEnd: number) {
     this.#passt = passt;
@@ -22,6 +23,7 @@ export class SandboxNetwork {
     this.#machineEnd = machineEnd;
     passt.onUnexpectedExit((err) => {
       this.#failure = err;
+      this.#onFailure?.(err);
     });
   }
 
@@ -83,6 +85,13 @@ export class SandboxNetwork {
   /** The forwarded host ports by guest port, for meta.json (the next resume asks for them again). */
   hostPortsRecord(): Record<string, number> {
     return Object.fromEntries([...this.#passt.hostPorts].map(([guest, host]) => [String(guest), host]));
+  }
+
+  /** Called once if the backend ends on its own (crashed, killed): the guest's network is gone
+   *  until the next connect starts a new one. Not called for stop(). */
+  onFailure(fn: (err: TorporError) => void): void {
+    this.#onFailure = fn;
+    if (this.#failure) fn(this.#failure);
   }
 
   /** The backend's failure, if it ended on its own. */

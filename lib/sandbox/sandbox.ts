@@ -170,7 +170,8 @@ export interface SandboxEvents {
   killed: [event: { sandboxId: string; cause: SandboxEventCause }];
   /** The guest or its machine ended by itself (a panic, a reset, a poweroff): the sandbox failed. */
   exit: [event: { sandboxId: string; state: string; kind: string; message: string }];
-  /** Something failed with no caller to tell: the idle timeout's pause or kill. Without an
+  /** Something failed with no caller to tell: the idle timeout's pause or kill, or the network
+   *  backend ending on its own (NET_BACKEND; the next connect starts a new one). Without an
    *  'error' listener it is reported as a process warning instead (never an uncaught error). */
   error: [error: Error];
 }
@@ -297,6 +298,12 @@ export class Sandbox extends EventEmitter<SandboxEvents> implements AsyncDisposa
         if (this.#life.state !== 'running' && !this.#internal) this.#life.require('a request to the agent', 'running');
       },
       onActivity: () => this.#idle?.touch(),
+    });
+    // The network backend ending on its own (crashed, killed) leaves the guest without a network
+    // until the next connect: nobody is waiting on it, so it is an 'error' event (NET_BACKEND).
+    network?.onFailure((err) => {
+      if (this.#run?.guest.network !== network || this.#life.state !== 'running') return;
+      this.#reportError(new TorporError('NET_BACKEND', `sandbox ${this.sandboxId}: ${err.message}; pause and connect start a new one`, { cause: err }));
     });
     // A guest that stops by itself (panic, reset, poweroff) takes the agent with it: end the
     // session now rather than letting requests wait for reconnects that cannot succeed.
