@@ -41,4 +41,68 @@ maybe("the guest's default user is `user` in /home/user, root through sudo; file
   assert.is((await sbx.files.getInfo('/root/secret')).owner, 'root');
 });
 
+maybe("E2B's sandbox examples as its docs write them, only the import differs: create, run, files, list, pause, connect, kill", async () => {
+  // Written as E2B code is (the names, the shapes, what is passed on), none of it torpor's own.
+  const sandbox = await Sandbox.create({ timeoutMs: 300_000 });
+  const result = await sandbox.commands.run('echo "ported unchanged"');
+  assert.is(result.stdout, 'ported unchanged\n');
+  await sandbox.files.write('/home/user/notes.txt', 'kept across pause');
+  assert.is(await sandbox.files.read('/home/user/notes.txt'), 'kept across pause');
+  assert.ok((await sandbox.files.list('/home/user')).some((e) => e.name === 'notes.txt'));
+  const info = await sandbox.getInfo();
+  assert.is(info.sandboxId, sandbox.sandboxId);
+  assert.is(info.templateId, 'base');
+  assert.ok(info.startedAt instanceof Date && info.endAt instanceof Date);
+
+  const paginator = Sandbox.list();
+  const firstPage = await paginator.nextItems();
+  assert.ok(firstPage.some((s) => s.sandboxId === sandbox.sandboxId && s.state === 'running'));
+
+  // E2B: `const sandboxId = await sbx.pause()`, then `Sandbox.connect(sandboxId)`.
+  const background = await sandbox.commands.run('sleep 600', { background: true });
+  const sandboxId = await sandbox.pause();
+  const same = await Sandbox.connect(sandboxId);
+  assert.is(same.sandboxId, sandbox.sandboxId);
+  assert.is(await same.files.read('/home/user/notes.txt'), 'kept across pause');
+  assert.ok((await same.commands.list()).some((p) => p.pid === background.pid), 'the background process lives on');
+
+  assert.is(await Sandbox.kill(same.sandboxId), true);
+  const after = await Sandbox.list({ query: { state: ['running', 'paused'] } }).nextItems();
+  assert.not.ok(after.some((s) => s.sandboxId === same.sandboxId));
+});
+
+maybe('cancellation, binary output and autoResume in the Linux guest', async () => {
+  const sbx = await Sandbox.create({ timeoutMs: 600_000, lifecycle: { onTimeout: 'pause', autoResume: true } });
+  try {
+    // Binary: the bytes a process writes, unchanged (the same file read through files.read).
+    await sbx.commands.run('head -c 300000 /dev/urandom > /tmp/blob');
+    const bytes = Buffer.from(await sbx.files.read('/tmp/blob', { format: 'bytes' }));
+    const cat = await sbx.commands.run(['cat', '/tmp/blob'], { encoding: 'buffer' });
+    assert.ok(cat.stdout.equals(bytes), 'stdout holds the file\'s bytes');
+
+    // An aborted foreground command: its process group is gone when run() rejects.
+    const run = await sbx.commands.run('sleep 123 & sleep 124; wait', { signal: AbortSignal.timeout(500) }).catch((e: unknown) => e);
+    assert.is((run as Error).name, 'AbortError');
+    assert.is((await sbx.commands.run('pgrep -f "sleep 12[34]" || true')).stdout, '');
+
+    // A pause waiting for a foreground command, aborted: the sandbox runs on, the command ends.
+    const slow = sbx.commands.run('sleep 2; echo done');
+    const paused = await sbx.pause({ signal: AbortSignal.timeout(300) }).catch((e: unknown) => e);
+    assert.is((paused as Error).name, 'AbortError');
+    assert.is(sbx.state, 'running');
+    assert.is((await slow).stdout, 'done\n');
+
+    // autoResume: idle for timeoutMs, paused by the timer; the next call resumes it and runs.
+    await sbx.setTimeout(1000, { onTimeout: 'pause' });
+    const alive = setInterval(() => undefined, 1000);
+    await new Promise((r) => sbx.once('paused', r)).finally(() => clearInterval(alive));
+    assert.is(sbx.state, 'paused');
+    assert.is((await sbx.commands.run('cat /tmp/blob | wc -c')).stdout.trim(), '300000');
+    assert.is(sbx.state, 'running');
+    assert.is((await sbx.getInfo()).resumedFrom, 'memory');
+  } finally {
+    await sbx.kill();
+  }
+});
+
 test.run();

@@ -549,7 +549,8 @@ export class Sandbox extends EventEmitter<SandboxEvents> implements AsyncDisposa
    * cannot be used, the same generation's disk boots instead (`resumedFrom: 'disk'`, the reason
    * in `resumeReason`).
    *
-   * @param sandboxId - The id of {@link Sandbox.sandboxId}, {@link Sandbox.list} or a PauseResult.
+   * @param sandboxId - The id ({@link Sandbox.sandboxId}, {@link Sandbox.list}), or what `pause()`
+   *   returned (E2B code passes on what its `pause()` returns).
    * @param opts - How to resume; all optional.
    * @returns The sandbox, running.
    * @throws {@link SandboxNotFoundError} (SANDBOX_NOT_FOUND) when there is no such sandbox.
@@ -558,29 +559,30 @@ export class Sandbox extends EventEmitter<SandboxEvents> implements AsyncDisposa
    *   connect cannot continue (its guest ended by itself: kill it).
    * @throws {@link InvalidArgumentError} (INVALID_ARGUMENT) for a malformed id or option.
    */
-  static async connect(sandboxId: string, opts: ConnectOpts = {}): Promise<Sandbox> {
-    checkSandboxId(sandboxId);
+  static async connect(sandboxId: string | PauseResult, opts: ConnectOpts = {}): Promise<Sandbox> {
+    const id = typeof sandboxId === 'object' && sandboxId !== null ? sandboxId.sandboxId : sandboxId;
+    checkSandboxId(id);
     checkConnectOpts(opts);
-    const mine = liveSandbox(sandboxId);
+    const mine = liveSandbox(id);
     if (mine && mine.#pausing) await mine.#pausing.catch(() => undefined);
     if (mine && mine.#life.state === 'running') return mine;
     if (mine && mine.#run) {
       // This process holds it, in a state connect cannot continue (its guest ended by itself).
-      throw new TorporError('INVALID_STATE', `sandbox ${sandboxId} is ${mine.#life.state} in this process (its guest ended); kill() it, or connect to another one`);
+      throw new TorporError('INVALID_STATE', `sandbox ${id} is ${mine.#life.state} in this process (its guest ended); kill() it, or connect to another one`);
     }
-    const dir = new SandboxDir(sandboxId);
-    if (!(await dir.exists())) throw new SandboxNotFoundError(`no sandbox ${sandboxId} in ${dir.path} (Sandbox.list() shows the ones there are)`);
+    const dir = new SandboxDir(id);
+    if (!(await dir.exists())) throw new SandboxNotFoundError(`no sandbox ${id} in ${dir.path} (Sandbox.list() shows the ones there are)`);
     const taken = await takeOwnerLock(dir.lockPath).catch(async (err: unknown) => {
-      if (!(await dir.exists())) throw new SandboxNotFoundError(`sandbox ${sandboxId} was removed`, { cause: err });
+      if (!(await dir.exists())) throw new SandboxNotFoundError(`sandbox ${id} was removed`, { cause: err });
       throw err;
     });
-    if (!taken.ok) throw SANDBOX_BUSY(sandboxId, taken.ownerPid);
+    if (!taken.ok) throw SANDBOX_BUSY(id, taken.ownerPid);
     const lock = taken.lock;
     try {
-      throwIfAborted(opts.signal, `connect ${sandboxId}`);
+      throwIfAborted(opts.signal, `connect ${id}`);
       // An abort while it resumes waits for the machine and pauses it again: it stays paused.
       const resuming = resume(dir, await dir.readMeta(), lock, opts);
-      const { meta, run } = await abortable(resuming, opts.signal, `connect ${sandboxId}`, async () => {
+      const { meta, run } = await abortable(resuming, opts.signal, `connect ${id}`, async () => {
         const resumed = await resuming.catch(() => null);
         if (resumed) await new Sandbox(dir, resumed.meta, resumed.run).pause();
       });
