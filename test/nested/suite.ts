@@ -14,6 +14,7 @@ import { type SuiteState, distinctSkips, emptyState, readState, readWedges, resu
  *  test/nested-suite.test.ts fails for a test file that can skip for lack of KVM and is missing. */
 export const KVM_FILES = [
   'agent-testvm',
+  'api-abort',
   'api-dispose',
   'api-e2b-shape',
   'api-e2b-linux',
@@ -57,7 +58,7 @@ export const LINUX_FILES: Record<string, number> = {
   'sandbox-linux': 2,
   'sandbox-linux-pause': 5,
   'sandbox-linux-template': 1,
-  'api-e2b-linux': 1,
+  'api-e2b-linux': 3,
   'net-linux': 3,
   'net-linux-bulk': 1,
   'net-linux-pause': 1,
