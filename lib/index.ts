@@ -3,6 +3,7 @@ export * from './errors.js';
 // Sandboxes and the agent API (lib/sandbox, lib/agent).
 export { SandboxPaginator } from './sandbox/paginator.js';
 export { Sandbox, linuxGuestSupport, type SandboxOpts, type ConnectOpts, type PauseResult, type SandboxInfo, type SandboxState, type ListOpts } from './sandbox/sandbox.js';
+export type { Checkpoint } from './sandbox/checkpoints.js';
 export { Template, type TemplateInfo, type TemplateBuildOpts, type TemplateBuildProgress, type TemplateStep, type TemplateFrom } from './template/template.js';
 export type { Resources, ResourcesOpts } from './template/resources.js';
 export type { ImageConfig, ImageProgress } from './image/types.js';

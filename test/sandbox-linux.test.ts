@@ -26,6 +26,42 @@ maybe('uname, python3 arithmetic and a file round trip in one sandbox', async ()
   assert.ok(sbx.consoleLog().length > 0);
 });
 
+maybe("checkpoint and restore: a bad step undone, the files and a python process's memory as they were", async () => {
+  await using sbx = await Sandbox.create({ boot: { timeoutMs: 120_000 } });
+  // A python process holding its state only in memory, answering on a FIFO.
+  await sbx.commands.run('mkfifo /tmp/ask /tmp/answer; echo v1 > /home/user/app.txt');
+  const server = `
+import sys
+n = 0
+while True:
+    with open('/tmp/ask') as q:
+        cmd = q.read().strip()
+    if cmd == 'inc':
+        n += 1
+    with open('/tmp/answer', 'w') as a:
+        a.write(str(n))
+`;
+  await sbx.files.write('/tmp/server.py', server);
+  await sbx.commands.run('python3 /tmp/server.py', { background: true });
+  const ask = async (cmd: string) => (await sbx.commands.run(`echo ${cmd} > /tmp/ask; cat /tmp/answer`)).stdout;
+  assert.is(await ask('inc'), '1');
+  const good = await sbx.checkpoint('good');
+  assert.is(sbx.state, 'running');
+
+  // The bad step: a file overwritten, one removed, the process's state moved on.
+  await sbx.commands.run('echo broken > /home/user/app.txt; rm /tmp/server.py; echo new > /home/user/extra.txt');
+  assert.is(await ask('inc'), '2');
+  assert.is(await ask('inc'), '3');
+
+  await sbx.restore(good);
+  assert.is(await sbx.files.read('/home/user/app.txt'), 'v1\n');
+  assert.ok(await sbx.files.exists('/tmp/server.py'));
+  assert.not.ok(await sbx.files.exists('/home/user/extra.txt'));
+  assert.is(await ask('get'), '1', "the process's memory as it was at the checkpoint");
+  assert.is(await ask('inc'), '2');
+  assert.equal((await sbx.checkpoints()).map((c) => c.label), ['good']);
+});
+
 maybe('8 sandboxes at once', async () => {
   const boxes = await allOrNone(
     Array.from({ length: 8 }, () => Sandbox.create({ memoryMiB: 256, vcpus: 1, boot: { timeoutMs: 180_000 } })),

@@ -43,7 +43,9 @@ export async function recordPaused(dir: SandboxDir, meta: PausedMeta): Promise<v
   await dir.writeMeta(meta);
   await dir.dropUnusedTops(diskLayers).catch(() => undefined);
   // meta.json is durable: what this generation no longer names goes.
-  await dropUnreferencedLayers(dir, diskLayers).catch(() => undefined);
+  // Checkpoints keep their generations' files.
+  const checkpoints = (meta.checkpoints ?? []).map((c) => c.generation);
+  await dropUnreferencedLayers(dir, diskLayers, checkpoints).catch(() => undefined);
   // meta.json writes a killed owner left half done.
   await dir.dropStaleMetaTemps().catch(() => undefined);
 }

@@ -11,6 +11,7 @@ import { dirname, join, relative } from 'node:path';
 import { SandboxNetwork } from '../net/sandbox-network.js';
 import type { OwnerLock } from '../store/owner-lock.js';
 import type { ResumedFrom, SandboxDir, SandboxMeta } from '../store/sandbox-dir.js';
+import { findCheckpoint, rewindTo } from './checkpoints.js';
 import { GuestRun, reasonOf, type GuestStart } from './guest-run.js';
 import { guestMachineOptions } from './readiness.js';
 import { UndoStack } from './undo-stack.js';
@@ -36,6 +37,9 @@ export interface ConnectOpts {
   /** Abort the connect: it rejects with AbortError (ABORTED) and the sandbox stays paused (one
    *  already running again is paused again first). */
   signal?: AbortSignal;
+  /** Continue from this checkpoint (its id, a label, or what checkpoint() returned) instead of the
+   *  last generation: what ran since it is discarded, and the checkpoints after it go. */
+  checkpoint?: number | string | { id: number };
 }
 
 /** What a running sandbox is made of; replaced whole after a resume. */
@@ -51,6 +55,9 @@ export interface Running {
  *  `pausedAt`, and the machine ran again from `resumedAt` (or from creation, never paused). */
 function lostSince(meta: SandboxMeta, generation: number): string {
   if (generation === 0) return meta.createdAt;
+  // A checkpoint: the machine ran on from the moment it was written.
+  const checkpoint = meta.checkpoints?.find((c) => c.generation === generation);
+  if (checkpoint) return checkpoint.createdAt;
   return meta.resumedAt && meta.pausedAt && meta.resumedAt > meta.pausedAt ? meta.resumedAt : (meta.pausedAt ?? meta.createdAt);
 }
 
@@ -61,13 +68,16 @@ function lostSince(meta: SandboxMeta, generation: number): string {
  * the outcome in meta.json. On failure meta.json is put back as it was.
  */
 export async function resume(dir: SandboxDir, before: SandboxMeta, lock: OwnerLock, opts: ConnectOpts): Promise<{ meta: SandboxMeta; run: Running }> {
+  // Back to a checkpoint first (durable before anything restores it).
+  if (opts.checkpoint !== undefined) before = await rewindTo(dir, before, findCheckpoint(before, opts.checkpoint));
   const generation = await dir.currentGeneration();
   const now = new Date();
   // Only a sandbox recorded as running (or pausing, starting) lost work: a crash while paused
   // or while resuming left its generation as it was. A generation newer than meta.json records
   // lost nothing either: every capture into a sandbox's snapshots ends its machine (a pause
   // killed before it wrote meta.json, a worker thread's teardown capture), so nothing ran after it.
-  const newerThanMeta = generation > (before.generation ?? 0);
+  // A checkpoint's capture (liveCapture) is the exception: the machine ran on after it.
+  const newerThanMeta = generation > (before.generation ?? 0) && !before.liveCapture;
   const ownerDied = !newerThanMeta && (before.state === 'running' || before.state === 'pausing' || before.state === 'starting');
   const lostInterval = ownerDied ? { from: lostSince(before, generation), to: now.toISOString() } : undefined;
   await dir.writeMeta({ ...before, state: 'resuming', ownerPid: process.pid });

@@ -85,7 +85,11 @@ export function checkCreateOpts(opts: SandboxOpts): void {
 
 export function checkConnectOpts(opts: ConnectOpts): void {
   checkObject('opts', opts);
-  checkKnownKeys('opts', opts, ['onResume', 'restoreTimeoutMs', 'bootTimeoutMs', 'onDispose', 'onOwnerDeath', 'signal']);
+  checkKnownKeys('opts', opts, ['onResume', 'restoreTimeoutMs', 'bootTimeoutMs', 'onDispose', 'onOwnerDeath', 'signal', 'checkpoint']);
+  const c = opts.checkpoint;
+  if (c !== undefined && !(typeof c === 'string' && c.length > 0) && !(Number.isSafeInteger(c) && (c as number) > 0) && !(typeof c === 'object' && c !== null && Number.isSafeInteger(c.id) && c.id > 0)) {
+    fail('opts.checkpoint', 'a checkpoint id, a label, or what checkpoint() returned', c);
+  }
   checkSignal('opts.signal', opts.signal);
   if (opts.onOwnerDeath !== undefined && opts.onOwnerDeath !== 'disk' && opts.onOwnerDeath !== 'memory') fail('opts.onOwnerDeath', "'disk' or 'memory'", opts.onOwnerDeath);
   checkOnDispose(opts.onDispose);

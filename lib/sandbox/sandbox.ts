@@ -44,7 +44,8 @@ import type { Pty } from './pty.js';
 import { resume, type ConnectOpts, type Running } from './resume.js';
 import { checkConnectOpts, checkCreateOpts, checkSetTimeout, commandDefaultsOf, listFilter, normalizeCreateArgs } from './sandbox-options.js';
 import { abortable, throwIfAborted } from './deadline.js';
-import { checkInt, checkKnownKeys, checkObject, checkSignal } from './validate.js';
+import { checkInt, checkKnownKeys, checkObject, checkSignal, checkString, fail } from './validate.js';
+import { findCheckpoint, listCheckpoints, writeCheckpoint, type Checkpoint } from './checkpoints.js';
 
 export type { ConnectOpts } from './resume.js';
 export type { SandboxInfo } from './info.js';
@@ -200,6 +201,8 @@ export class Sandbox extends EventEmitter<SandboxEvents> implements AsyncDisposa
   #pausing: Promise<PauseResult> | null = null;
   /** The last pause was the idle timer's (lifecycle.autoResume resumes only those). */
   #idlePaused = false;
+  /** A checkpoint being written: a pause, another checkpoint or a restore waits for it. */
+  #checkpointing: Promise<unknown> | null = null;
   /** An auto resume under way: concurrent calls share it. */
   #autoResuming: Promise<void> | null = null;
   /** Set while the idle timeout acts, so the events it causes say so. */
@@ -431,6 +434,8 @@ export class Sandbox extends EventEmitter<SandboxEvents> implements AsyncDisposa
   }
 
   async #pauseNow(signal: AbortSignal | undefined): Promise<PauseResult> {
+    // A checkpoint being written records itself in meta.json: the pause builds on what it wrote.
+    await this.#checkpointing?.catch(() => undefined);
     const run = this.#run!;
     this.#life.to('pausing');
     run.guest.machine.captureOnTeardown(null);
@@ -565,7 +570,7 @@ export class Sandbox extends EventEmitter<SandboxEvents> implements AsyncDisposa
     checkConnectOpts(opts);
     const mine = liveSandbox(id);
     if (mine && mine.#pausing) await mine.#pausing.catch(() => undefined);
-    if (mine && mine.#life.state === 'running') return mine;
+    if (mine && mine.#life.state === 'running') return opts.checkpoint !== undefined ? mine.restore(opts.checkpoint, withoutCheckpoint(opts)) : mine;
     if (mine && mine.#run) {
       // This process holds it, in a state connect cannot continue (its guest ended by itself).
       throw new TorporError('INVALID_STATE', `sandbox ${id} is ${mine.#life.state} in this process (its guest ended); kill() it, or connect to another one`);
@@ -609,7 +614,7 @@ export class Sandbox extends EventEmitter<SandboxEvents> implements AsyncDisposa
   async resume(opts: ConnectOpts = {}): Promise<this> {
     checkConnectOpts(opts);
     if (this.#pausing) await this.#pausing.catch(() => undefined);
-    if (this.#life.state === 'running') return this;
+    if (this.#life.state === 'running') return opts.checkpoint !== undefined ? this.restore(opts.checkpoint, withoutCheckpoint(opts)) : this;
     this.#life.require('resume()', 'paused');
     if (opts.onDispose) this.#onDispose = opts.onDispose;
     // Sandbox.connect(id) made another object for it since: that one is the sandbox now.
@@ -648,6 +653,97 @@ export class Sandbox extends EventEmitter<SandboxEvents> implements AsyncDisposa
       if (this.#life.state === 'resuming') this.#life.to('paused');
       throw err;
     }
+  }
+
+  /**
+   * Writes a checkpoint: the guest syncs and the machine is captured into a new generation while
+   * it runs on (a pause's capture without the stop: memory pages and disk blocks written since the
+   * last generation). {@link Sandbox.restore} goes back to it later, in this process or after a
+   * connect. Checkpoints are kept, with their files, until removed or restored past
+   * (docs/sandbox-lifecycle.md#checkpoints).
+   *
+   * @param label - A name for it (`restore('before-migration')` finds the latest with it).
+   * @returns The checkpoint: its id, label, time and the bytes its generation wrote.
+   * @throws {@link IllegalTransitionError} (INVALID_STATE) unless the sandbox is running, or when
+   *   it holds 64 checkpoints already.
+   */
+  async checkpoint(label?: string): Promise<Checkpoint> {
+    checkString('label', label, { nonEmpty: true });
+    if (label !== undefined && Buffer.byteLength(label) > 256) fail('label', 'at most 256 bytes', label);
+    this.#life.require('checkpoint()', 'running');
+    await this.#checkpointing?.catch(() => undefined);
+    this.#life.require('checkpoint()', 'running');
+    const run = this.#run!;
+    const writing = writeCheckpoint(this.#dir, this.#meta, run, label);
+    this.#checkpointing = writing;
+    try {
+      const { meta, diskLayers, checkpoint } = await writing;
+      this.#meta = meta;
+      if (this.#run === run) this.#run = { ...run, diskLayers };
+      return checkpoint;
+    } finally {
+      if (this.#checkpointing === writing) this.#checkpointing = null;
+    }
+  }
+
+  /**
+   * The sandbox's checkpoints, oldest first, with the bytes each holds on disk. Any process may
+   * ask, running or paused.
+   *
+   * @returns One {@link Checkpoint} per checkpoint kept.
+   */
+  async checkpoints(): Promise<Checkpoint[]> {
+    return listCheckpoints(this.#dir, this.#run ? this.#meta : await this.#dir.readMeta());
+  }
+
+  /**
+   * Forgets a checkpoint: its generation's files go at the next pause (those a later generation
+   * still needs stay).
+   *
+   * @param checkpoint - Its id, its label, or what checkpoint() returned.
+   * @throws {@link InvalidArgumentError} (INVALID_ARGUMENT) when there is no such checkpoint.
+   * @throws {@link IllegalTransitionError} (INVALID_STATE) unless the sandbox is running in this process.
+   */
+  async removeCheckpoint(checkpoint: number | string | Pick<Checkpoint, 'id'>): Promise<void> {
+    this.#life.require('removeCheckpoint()', 'running');
+    await this.#checkpointing?.catch(() => undefined);
+    const c = findCheckpoint(this.#meta, checkpoint);
+    const meta = { ...this.#meta, checkpoints: (this.#meta.checkpoints ?? []).filter((k) => k !== c) };
+    await this.#dir.writeMeta(meta);
+    this.#meta = meta;
+  }
+
+  /**
+   * Goes back to a checkpoint: the machine (running or paused) is discarded, not captured, and
+   * the checkpoint's generation restored in its place (its memory, processes and disk as they
+   * were); the checkpoints after it go. What the agent did since is undone. The same object
+   * runs on.
+   *
+   * @param checkpoint - Its id, its label (the latest with it), or what checkpoint() returned.
+   * @param opts - As for {@link Sandbox.connect}.
+   * @returns This sandbox, running from the checkpoint.
+   * @throws {@link InvalidArgumentError} (INVALID_ARGUMENT) when there is no such checkpoint.
+   * @throws {@link TorporError} SNAPSHOT_INVALID when its generation is damaged (nothing changed).
+   */
+  async restore(checkpoint: number | string | Pick<Checkpoint, 'id'>, opts: ConnectOpts = {}): Promise<this> {
+    checkConnectOpts(opts);
+    findCheckpoint(this.#run ? this.#meta : await this.#dir.readMeta(), checkpoint);
+    if (this.#pausing) await this.#pausing.catch(() => undefined);
+    await this.#checkpointing?.catch(() => undefined);
+    const run = this.#run;
+    if (run && this.#life.state === 'running') {
+      // Discarded, not captured: what ran since the checkpoint is what restore undoes.
+      this.#life.to('pausing');
+      run.guest.machine.captureOnTeardown(null);
+      this.#idle?.stop();
+      await run.guest.stop().catch(() => undefined);
+      this.#run = null;
+      unregisterRunning(this);
+      await this.#dir.writeMeta({ ...this.#meta, state: 'paused', ownerPid: null });
+      await run.lock.release();
+      this.#life.to('paused');
+    }
+    return this.resume({ ...opts, checkpoint });
   }
 
   /** E2B's name for {@link Sandbox.resume} on an instance. */
@@ -870,4 +966,10 @@ export class Sandbox extends EventEmitter<SandboxEvents> implements AsyncDisposa
 
 export function tailText(machine: Machine): string {
   return machine.consoleTail().toString('utf8');
+}
+
+/** Connect options without the checkpoint (restore() names it itself). */
+function withoutCheckpoint(opts: ConnectOpts): ConnectOpts {
+  const { checkpoint: _checkpoint, ...rest } = opts;
+  return rest;
 }

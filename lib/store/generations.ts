@@ -37,6 +37,10 @@ export function frozenDiskTop(generation: number): string {
 
 /** After a pause whose meta.json is durable: the files of older generations that neither the
  *  last generation nor meta.json's disk layers name go (merged away). Returns how many. */
-export function dropUnreferencedLayers(dir: GenerationsDir, diskLayers: readonly string[]): Promise<number> {
-  return pruneSnapshotDir(dir.snapshots, diskLayers.map((p) => (p.startsWith('/') ? p : join(dir.path, p))));
+export function dropUnreferencedLayers(dir: GenerationsDir, diskLayers: readonly string[], keepGenerations: readonly number[] = []): Promise<number> {
+  return pruneSnapshotDir(
+    dir.snapshots,
+    diskLayers.map((p) => (p.startsWith('/') ? p : join(dir.path, p))),
+    keepGenerations,
+  );
 }

@@ -30,6 +30,15 @@ export type ResumedFrom = 'memory' | 'disk';
 /** How a sandbox's machine first came up: restored from a warm template, or booted. */
 export type CreatedFrom = 'template' | 'boot';
 
+/** A checkpoint as meta.json records it. */
+export interface CheckpointRecord {
+  /** Its generation (the checkpoint's id). */
+  generation: number;
+  label?: string;
+  /** When it was written (ISO). */
+  createdAt: string;
+}
+
 export interface SandboxMeta {
   id: string;
   template: string;
@@ -71,6 +80,12 @@ export interface SandboxMeta {
   lostInterval?: { from: string; to: string };
   /** What a dead owner's interval cost: its processes (its disk was booted), or its files too (a generation restored). */
   lost?: 'processes' | 'processes-and-files';
+  /** Checkpoints (generations written while the sandbox ran on), oldest first: kept, with their
+   *  files, until removed or restored past (docs/sandbox-lifecycle.md#checkpoints). */
+  checkpoints?: CheckpointRecord[];
+  /** A checkpoint's capture is under way: a generation newer than `generation` is a checkpoint
+   *  the machine ran on after, not a final capture (an owner that died then lost work). */
+  liveCapture?: boolean;
   /** The network the sandbox was created with (absent: none); every run starts a backend with it. */
   network?: ResolvedNetwork;
   /** The host ports (127.0.0.1) its last run forwarded, by guest port: a resume asks for them again. */
@@ -142,7 +157,17 @@ export function parseMeta(text: string, path: string, templatesRoot?: string): S
   const lost = m.lostInterval as { from?: unknown; to?: unknown } | undefined;
   if (lost !== undefined && (typeof lost !== 'object' || lost === null || !isStr(lost.from) || !isStr(lost.to))) {
     throw badMeta(path, 'lostInterval is malformed');
+  }
   if (m.lost !== undefined && m.lost !== 'processes' && m.lost !== 'processes-and-files') throw badMeta(path, 'lost is malformed');
+  if (m.liveCapture !== undefined && typeof m.liveCapture !== 'boolean') throw badMeta(path, 'liveCapture is malformed');
+  if (m.checkpoints !== undefined) {
+    const ok =
+      Array.isArray(m.checkpoints) &&
+      m.checkpoints.every((c: unknown) => {
+        const r = c as Record<string, unknown>;
+        return typeof r === 'object' && r !== null && isPosInt(r.generation) && isStr(r.createdAt) && (r.label === undefined || isStr(r.label));
+      });
+    if (!ok) throw badMeta(path, 'checkpoints is malformed');
   }
   if (m.network !== undefined && !isNetwork(m.network)) throw badMeta(path, 'network is malformed');
   if (m.diskMb !== undefined && !isPosInt(m.diskMb)) throw badMeta(path, 'diskMb is malformed');

@@ -129,12 +129,13 @@ export async function currentGenerationOf(dir: string): Promise<number> {
 /**
  * Removes the files of older generations (their directories below the current one), of layers/ and of
  * tops/ that the current generation's manifest does not name, nor `keep` (absolute paths; a disk
- * layer's .map goes with it). The current generation's directory, newer ones (a capture that
+ * layer's .map goes with it), nor a generation in `keepGenerations` (checkpoints: their directories
+ * and the layers they name stay). The current generation's directory, newer ones (a capture that
  * died before switching `current`) and any *.tmp are left alone. Does nothing when the current
  * manifest cannot be read: a file kept is never a loss. Only while no machine captures into or
  * merges in `dir`. Returns how many files it removed.
  */
-export async function pruneSnapshotDir(dir: string, keep: readonly string[] = []): Promise<number> {
+export async function pruneSnapshotDir(dir: string, keep: readonly string[] = [], keepGenerations: readonly number[] = []): Promise<number> {
   const generation = await currentGenerationOf(dir);
   const current = generation ? readGenerationFilesOrNull(dir, generation) : null;
   if (!current) return 0;
@@ -147,6 +148,16 @@ export async function pruneSnapshotDir(dir: string, keep: readonly string[] = []
   current.memoryLayers.forEach(name);
   current.disks?.flat().forEach(name);
   keep.forEach(name);
+  // A kept generation (a checkpoint) keeps its directory and every layer its manifest names; one
+  // whose manifest cannot be read keeps its directory (a file kept is never a loss).
+  const keptDirs = new Set<number>();
+  for (const g of keepGenerations) {
+    if (g >= generation) continue;
+    keptDirs.add(g);
+    const files = readGenerationFilesOrNull(dir, g);
+    files?.memoryLayers.forEach(name);
+    files?.disks?.flat().forEach(name);
+  }
   let removed = 0;
   const sweep = async (sub: string, removeDir: boolean) => {
     const names = await readdir(join(dir, sub)).catch(() => null);
@@ -164,7 +175,7 @@ export async function pruneSnapshotDir(dir: string, keep: readonly string[] = []
   };
   for (const entry of await readdir(dir).catch(() => [] as string[])) {
     const g = generationNamed(entry);
-    if (g > 0 && g < generation) await sweep(entry, true);
+    if (g > 0 && g < generation && !keptDirs.has(g)) await sweep(entry, true);
   }
   await sweep('layers', false);
   // Disk tops: a generation names its frozen copy (a hard link in its directory), never the top's

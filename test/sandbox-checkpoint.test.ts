@@ -1,0 +1,100 @@
+// Checkpoints (issue 23): sbx.checkpoint() writes a generation while the sandbox runs on;
+// sbx.restore() and Sandbox.connect(id, { checkpoint }) go back to it, memory and disk, and the
+// checkpoints after it go; a pause keeps every checkpoint's files. The test guest stands in for
+// Linux: its counter (in RAM) says which memory runs, its disk blocks which disk.
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+
+import { TorporError } from '../lib/errors.js';
+import { Sandbox } from '../lib/sandbox/sandbox.js';
+import type { Machine } from '../lib/vm/machine.js';
+import { privateHome, testvmSandboxTest, testvmStatus } from './sandbox-home.js';
+import { sleep, testvmCommand, testvmImage } from './vmm-guests.js';
+
+const kvmTest = await testvmSandboxTest('sandbox-checkpoint');
+const kernel = testvmImage()!;
+const bootOpts = {
+  template: false as const,
+  vcpus: 1,
+  memoryMiB: 64,
+  boot: { kernel, timeoutMs: 15_000, cmdlineExtra: 'testvm.agent_ready=1 testvm.count=1' },
+};
+const home = privateHome(test, 'torpor-checkpoint-');
+
+const machineOf = (sbx: Sandbox) => (sbx as unknown as { machine: Machine }).machine;
+const counter = (sbx: Sandbox) => testvmStatus(sbx).counter;
+const SECTOR = 4096;
+const write = async (sbx: Sandbox, pattern: number) =>
+  assert.match(await testvmCommand(machineOf(sbx), `blk-write ${SECTOR} 0x${pattern.toString(16)} 8`, 'blk-write'), /^blk-write=ok/);
+const holds = async (sbx: Sandbox, pattern: number) =>
+  /^blk-verify=ok/.test(await testvmCommand(machineOf(sbx), `blk-verify ${SECTOR} 0x${pattern.toString(16)} 8`, 'blk-verify'));
+
+async function until(cond: () => boolean, what: string, ms = 10_000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!cond()) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await sleep(10);
+  }
+}
+
+kvmTest('checkpoint while running, restore goes back (memory and disk), later checkpoints go, a pause keeps their files', async () => {
+  const sbx = await Sandbox.create(bootOpts);
+  const id = sbx.sandboxId;
+  const gen = (n: number) => join(home, 'sandboxes', id, 'snapshots', `gen-${n}`);
+  try {
+    await until(() => counter(sbx) > 1000, 'the guest counting');
+    await write(sbx, 0xa11);
+    const first = await sbx.checkpoint('first');
+    const atFirst = counter(sbx);
+    assert.is(first.id, 1);
+    assert.is(first.label, 'first');
+    assert.ok(first.bytes > 0);
+    assert.is(sbx.state, 'running', 'the sandbox runs on');
+    await until(() => counter(sbx) > atFirst + 1000, 'the counter going on after the checkpoint');
+
+    await write(sbx, 0xb22);
+    const second = await sbx.checkpoint();
+    await write(sbx, 0xc33);
+    const listed = await sbx.checkpoints();
+    assert.equal(listed.map((c) => [c.id, c.label]), [[1, 'first'], [2, undefined]]);
+    assert.ok(listed.every((c) => c.bytes > 0 && c.createdAt instanceof Date));
+    await sleep(300); // the counter runs well past the first checkpoint
+    const beforeRestore = counter(sbx);
+
+    // Back to 'first': its memory (the counter from where it was) and its disk (0xa11).
+    assert.is(await sbx.restore('first'), sbx);
+    assert.is(sbx.state, 'running');
+    const afterRestore = counter(sbx);
+    assert.ok(afterRestore < beforeRestore, `the counter went back: ${afterRestore} < ${beforeRestore}`);
+    assert.ok(await holds(sbx, 0xa11), "the first checkpoint's disk");
+    assert.equal((await sbx.checkpoints()).map((c) => c.id), [1], 'the checkpoint after it went');
+    assert.not.ok(existsSync(gen(2)), "the later generation's files went");
+    assert.is((await sbx.getInfo()).resumedFrom, 'memory');
+
+    // A pause writes the next generation and keeps the checkpoint's files; connect to it again.
+    await write(sbx, 0xd44);
+    assert.is((await sbx.pause()).generation, 2);
+    assert.ok(existsSync(gen(1)), "a pause keeps a checkpoint's generation");
+    assert.equal((await sbx.checkpoints()).map((c) => c.id), [1]);
+    const again = await Sandbox.connect(id, { checkpoint: first });
+    assert.ok(await holds(again, 0xa11), 'connect { checkpoint }: its disk');
+    assert.is.not(second.id, 1);
+
+    // Unknown checkpoints are INVALID_ARGUMENT naming the ones there are; removal forgets one.
+    const unknown = await again.restore(7).catch((e: unknown) => e);
+    assert.ok(unknown instanceof TorporError && unknown.code === 'INVALID_ARGUMENT', String(unknown));
+    assert.match((unknown as Error).message, /it has: 1 \(first\)/);
+    await again.removeCheckpoint('first');
+    assert.equal(await again.checkpoints(), []);
+    await again.pause();
+    assert.equal(await again.checkpoints(), []);
+    await again.resume();
+  } finally {
+    await Sandbox.kill(id).catch(() => undefined);
+  }
+});
+
+test.run();
