@@ -2,6 +2,7 @@
 // sbx.restore() and Sandbox.connect(id, { checkpoint }) go back to it, memory and disk, and the
 // checkpoints after it go; a pause keeps every checkpoint's files. The test guest stands in for
 // Linux: its counter (in RAM) says which memory runs, its disk blocks which disk.
+import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 
@@ -13,6 +14,7 @@ import { Sandbox } from '../lib/sandbox/sandbox.js';
 import type { Machine } from '../lib/vm/machine.js';
 import { privateHome, testvmSandboxTest, testvmStatus } from './sandbox-home.js';
 import { sleep, testvmCommand, testvmImage } from './vmm-guests.js';
+import { NESTED } from './bounds.js';
 
 const kvmTest = await testvmSandboxTest('sandbox-checkpoint');
 const kernel = testvmImage()!;
@@ -23,6 +25,8 @@ const bootOpts = {
   boot: { kernel, timeoutMs: 15_000, cmdlineExtra: 'testvm.agent_ready=1 testvm.count=1' },
 };
 const home = privateHome(test, 'torpor-checkpoint-');
+/** How long a child Node process may take to get going (emulated in the nested host). */
+const CHILD_MS = NESTED ? 180_000 : 60_000;
 
 const machineOf = (sbx: Sandbox) => (sbx as unknown as { machine: Machine }).machine;
 const counter = (sbx: Sandbox) => testvmStatus(sbx).counter;
@@ -94,6 +98,59 @@ kvmTest('checkpoint while running, restore goes back (memory and disk), later ch
     await again.resume();
   } finally {
     await Sandbox.kill(id).catch(() => undefined);
+  }
+});
+
+/** Runs test/fixtures/sandbox-child.ts checkpoint-write-and-hold until it wrote its block, then SIGKILLs it. */
+async function ownerDiesAfterCheckpoint(id: string, sector: number): Promise<number> {
+  const holder = spawn(process.execPath, ['--import', 'tsx', 'test/fixtures/sandbox-child.ts', 'checkpoint-write-and-hold', id, String(sector)], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let out = '';
+  holder.stdout.on('data', (d: Buffer) => (out += d.toString()));
+  let err = '';
+  holder.stderr.on('data', (d: Buffer) => (err += d.toString()));
+  try {
+    const end = Date.now() + CHILD_MS;
+    while (!out.includes('written')) {
+      if (Date.now() > end || holder.exitCode !== null) throw new Error(`the child did not write its block: ${out} ${err}`);
+      await sleep(20);
+    }
+  } finally {
+    const exited = new Promise((r) => holder.once('exit', r));
+    holder.kill('SIGKILL');
+    await exited;
+  }
+  return holder.pid!;
+}
+
+kvmTest("an owner SIGKILLed after a checkpoint and a write: connect boots the disk it last wrote (the write kept); onOwnerDeath 'memory' restores the checkpoint", async () => {
+  for (const onOwnerDeath of ['disk', 'memory'] as const) {
+    const sbx = await Sandbox.create(bootOpts);
+    const id = sbx.sandboxId;
+    try {
+      await sbx.pause();
+      const pid = await ownerDiesAfterCheckpoint(id, 640000);
+      const back = await Sandbox.connect(id, { onOwnerDeath });
+      const info = await back.getInfo();
+      const [checkpoint] = await back.checkpoints();
+      assert.is(checkpoint?.label, 'before-the-write');
+      assert.ok(info.lostInterval, 'the interval after the checkpoint is reported');
+      assert.is(info.lostInterval!.from.getTime(), checkpoint!.createdAt.getTime(), 'lost from the checkpoint on');
+      const verify = await testvmCommand(machineOf(back), 'blk-verify 640000 0x7e57 8', 'blk-verify', 60_000);
+      if (onOwnerDeath === 'disk') {
+        assert.is(info.resumedFrom, 'disk', info.resumeReason);
+        assert.match(info.resumeReason ?? '', new RegExp(`owner \\(pid ${pid}\\) died`));
+        assert.is(info.lost, 'processes');
+        assert.match(verify, /^blk-verify=ok/, 'the block written after the checkpoint');
+      } else {
+        assert.is(info.resumedFrom, 'memory');
+        assert.is(info.lost, 'processes-and-files');
+        assert.not.match(verify, /^blk-verify=ok/, 'the checkpoint, before the block');
+      }
+    } finally {
+      await Sandbox.kill(id).catch(() => undefined);
+    }
   }
 });
 

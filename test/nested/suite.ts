@@ -27,6 +27,7 @@ export const KVM_FILES = [
   'net-linux-pause',
   'net-testvm',
   'probe',
+  'sandbox-checkpoint',
   'sandbox-create',
   'sandbox-linux',
   'sandbox-linux-pause',
