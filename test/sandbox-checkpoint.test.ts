@@ -1,9 +1,11 @@
-// Checkpoints (issue 23): sbx.checkpoint() writes a generation while the sandbox runs on;
+// Checkpoints and fork (issue 23): sbx.checkpoint() writes a generation while the sandbox runs on;
 // sbx.restore() and Sandbox.connect(id, { checkpoint }) go back to it, memory and disk, and the
-// checkpoints after it go; a pause keeps every checkpoint's files. The test guest stands in for
-// Linux: its counter (in RAM) says which memory runs, its disk blocks which disk.
+// checkpoints after it go; a pause keeps every checkpoint's files. sbx.fork(n) makes n sandboxes
+// that continue it. The test guest stands in for Linux: its counter (in RAM) says which memory
+// runs, its disk blocks which disk, its status page the RESUMED it got (with the entropy).
 import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
+import { readdir } from 'node:fs/promises';
 import { join } from 'node:path';
 
 import { test } from 'uvu';
@@ -151,6 +153,66 @@ kvmTest("an owner SIGKILLed after a checkpoint and a write: connect boots the di
     } finally {
       await Sandbox.kill(id).catch(() => undefined);
     }
+  }
+});
+
+kvmTest('fork(3): the children continue the parent (memory, disk), each its own sandbox with fresh entropy; the parent runs on; the fork base goes with the last child', async () => {
+  const parent = await Sandbox.create(bootOpts);
+  const kids: Sandbox[] = [];
+  try {
+    await until(() => counter(parent) > 1000, 'the guest counting');
+    await write(parent, 0x111);
+    const atFork = counter(parent);
+    kids.push(...(await parent.fork(3)));
+    assert.is(kids.length, 3);
+    const ids = new Set([parent.sandboxId, ...kids.map((k) => k.sandboxId)]);
+    assert.is(ids.size, 4, 'each child has its own id');
+    assert.is(parent.state, 'running', 'the parent runs on');
+    await until(() => counter(parent) > atFork + 1000, 'the parent counting on');
+    const heads = new Set<bigint>();
+    for (const kid of kids) {
+      assert.is(kid.state, 'running');
+      const info = await kid.getInfo();
+      assert.is(info.createdFrom, 'fork');
+      assert.is(info.forkedFrom, parent.sandboxId);
+      const st = testvmStatus(kid);
+      assert.ok(st.counter >= atFork, `the child's counter (${st.counter}) continues the parent's (${atFork})`);
+      assert.is(st.resumed, 1, 'RESUMED before anything else');
+      assert.is(st.entropyLen, 64);
+      heads.add(st.entropyHead);
+      assert.ok(await holds(kid, 0x111), "the parent's disk as at the fork");
+    }
+    assert.is(heads.size, 3, 'each child got its own entropy');
+
+    // They diverge: a child's write is its own.
+    await write(kids[0]!, 0x222);
+    assert.ok(await holds(kids[1]!, 0x111));
+    assert.ok(await holds(parent, 0x111));
+    assert.ok(await holds(kids[0]!, 0x222));
+
+    // Independent: the parent killed, a child pauses and connects; the base goes with the last child.
+    const base = (await readdir(join(home, 'templates', '.forks'))).map((n) => join(home, 'templates', '.forks', n));
+    assert.is(base.length, 1);
+    await parent.kill();
+    await kids[0]!.pause();
+    const back = await Sandbox.connect(kids[0]!.sandboxId);
+    assert.ok(await holds(back, 0x222), "the child's own write, after a pause");
+    kids[0] = back;
+    await Promise.all(kids.slice(0, 2).map((k) => k.kill()));
+    assert.ok(existsSync(base[0]!), 'kept while a child uses it');
+    await kids[2]!.kill();
+    assert.not.ok(existsSync(base[0]!), 'removed with the last child');
+
+    const bad = await Sandbox.create(bootOpts).then(async (s) => {
+      try {
+        return await s.fork(0).catch((e: unknown) => e);
+      } finally {
+        await s.kill();
+      }
+    });
+    assert.ok(bad instanceof TorporError && bad.code === 'INVALID_ARGUMENT', String(bad));
+  } finally {
+    await Promise.allSettled([parent, ...kids].map((s) => Sandbox.kill(s.sandboxId)));
   }
 });
 

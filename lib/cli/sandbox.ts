@@ -91,7 +91,7 @@ async function info(argv: string[]): Promise<number> {
   const rows: Array<[string, string]> = [
     ['id', i.sandboxId],
     ['state', i.ownerPid !== null ? `${i.state} (owned by pid ${i.ownerPid})` : i.state],
-    ['template', `${i.template}${i.createdFrom ? ` (${i.createdFrom === 'template' ? 'restored from it' : `booted${i.bootReason ? `: ${i.bootReason}` : ''}`})` : ''}`],
+    ['template', `${i.template}${i.createdFrom ? ` (${createdFromText(i)})` : ''}`],
     ['resources', `${i.resources.cpu} vCPUs, ${i.resources.memoryMb} MiB, disk ${i.resources.diskMb} MiB`],
     ['created', i.createdAt.toISOString()],
   ];
@@ -293,3 +293,10 @@ async function prune(argv: string[]): Promise<number> {
 }
 
 export const SANDBOX_COMMANDS: Record<string, (argv: string[]) => Promise<number>> = { ls, list: ls, info, exec, shell, logs, pause, kill, prune };
+
+/** How `info` says where a sandbox came from. */
+function createdFromText(i: SandboxInfo): string {
+  if (i.createdFrom === 'template') return 'restored from it';
+  if (i.createdFrom === 'fork') return `forked from ${i.forkedFrom ?? 'another sandbox'}`;
+  return `booted${i.bootReason ? `: ${i.bootReason}` : ''}`;
+}

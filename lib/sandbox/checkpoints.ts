@@ -15,6 +15,7 @@ import { fsyncPath } from '../store/fsync.js';
 import type { CheckpointRecord, SandboxDir, SandboxMeta } from '../store/sandbox-dir.js';
 import { generationLayout, readGenerationFiles } from '../store/snapshot-files.js';
 import { syncBeforeCapture } from './pause.js';
+import type { SnapshotResult } from '../vm/machine.js';
 import type { Running } from './resume.js';
 
 /** A checkpoint of a sandbox, as {@link Sandbox.checkpoints} lists it. */
@@ -34,11 +35,38 @@ export interface Checkpoint {
 export const MAX_CHECKPOINTS = 64;
 
 /**
- * Writes a checkpoint of a running sandbox: the guest syncs, its machine is captured into the
- * next generation and runs on. meta.json says `liveCapture` while the capture runs (an owner that
- * dies then lost what ran after it), then records the checkpoint, the generation and its disk.
- * Returns the new meta, the disk layers under the machine's new top, and the checkpoint.
+ * Captures a running sandbox into its next generation while it runs on (a checkpoint's and a
+ * fork's capture): the guest syncs, the machine is captured and continues. meta.json says
+ * `liveCapture` while the capture runs (an owner that dies then lost what ran after it), then
+ * records the generation and its disk, with `record(generation, at)`'s checkpoint when given.
+ * Returns the new meta, the disk layers under the machine's new top, and the capture.
  */
+export async function captureLive(
+  dir: SandboxDir,
+  meta: SandboxMeta,
+  run: Running,
+  record?: (generation: number, at: Date) => CheckpointRecord,
+): Promise<{ meta: SandboxMeta; diskLayers: string[]; snap: SnapshotResult; at: Date }> {
+  await dir.writeMeta({ ...meta, liveCapture: true });
+  let snap: SnapshotResult;
+  try {
+    await syncBeforeCapture(run.guest.client);
+    snap = await run.guest.machine.snapshot(dir.snapshots);
+  } catch (err) {
+    await dir.writeMeta(meta).catch(() => undefined);
+    throw err;
+  }
+  const at = new Date();
+  // The disk as the generation names it (the addon may have merged older layers into one).
+  const diskLayers = snap.diskLayers[0]?.map((p) => metaLayerPath(dir, p)) ?? [...run.diskLayers, frozenDiskTop(snap.generation)];
+  const next: SandboxMeta = { ...meta, generation: snap.generation, diskLayers };
+  if (record) next.checkpoints = [...(meta.checkpoints ?? []), record(snap.generation, at)];
+  delete next.liveCapture;
+  await dir.writeMeta(next);
+  return { meta: next, diskLayers, snap, at };
+}
+
+/** Writes a checkpoint of a running sandbox (captureLive, recorded as a checkpoint). */
 export async function writeCheckpoint(
   dir: SandboxDir,
   meta: SandboxMeta,
@@ -48,23 +76,9 @@ export async function writeCheckpoint(
   if ((meta.checkpoints?.length ?? 0) >= MAX_CHECKPOINTS) {
     throw new TorporError('INVALID_STATE', `sandbox ${meta.id} has ${MAX_CHECKPOINTS} checkpoints, the most it keeps: remove one (removeCheckpoint) first`);
   }
-  await dir.writeMeta({ ...meta, liveCapture: true });
-  let snap;
-  try {
-    await syncBeforeCapture(run.guest.client);
-    snap = await run.guest.machine.snapshot(dir.snapshots);
-  } catch (err) {
-    await dir.writeMeta(meta).catch(() => undefined);
-    throw err;
-  }
-  const createdAt = new Date();
-  // The disk as the generation names it (the addon may have merged older layers into one).
-  const diskLayers = snap.diskLayers[0]?.map((p) => metaLayerPath(dir, p)) ?? [...run.diskLayers, frozenDiskTop(snap.generation)];
-  const record: CheckpointRecord = { generation: snap.generation, createdAt: createdAt.toISOString(), ...(label !== undefined ? { label } : {}) };
-  const next: SandboxMeta = { ...meta, generation: snap.generation, diskLayers, checkpoints: [...(meta.checkpoints ?? []), record] };
-  delete next.liveCapture;
-  await dir.writeMeta(next);
-  return { meta: next, diskLayers, checkpoint: { id: snap.generation, createdAt, bytes: snap.bytes, ...(label !== undefined ? { label } : {}) } };
+  const withLabel = label !== undefined ? { label } : {};
+  const r = await captureLive(dir, meta, run, (generation, at) => ({ generation, createdAt: at.toISOString(), ...withLabel }));
+  return { meta: r.meta, diskLayers: r.diskLayers, checkpoint: { id: r.snap.generation, createdAt: r.at, bytes: r.snap.bytes, ...withLabel } };
 }
 
 /** The checkpoints meta.json records whose generation is still there, with the bytes each holds. */
@@ -114,19 +128,9 @@ export async function rewindTo(dir: SandboxDir, meta: SandboxMeta, c: Checkpoint
     checkpoints: (meta.checkpoints ?? []).filter((k) => k.generation <= c.generation),
   };
   delete next.liveCapture;
-  // `current` first (a rename, durable): from here a connect restores the checkpoint whatever
-  // happens next; the later generations are then only files nothing names.
-  const current = join(dir.snapshots, 'current');
-  const tmp = `${current}.rewind.tmp`;
-  const fh = await open(tmp, 'w');
-  try {
-    await fh.writeFile(`${generationLayout(c.generation).dir}\n`);
-    await fh.sync();
-  } finally {
-    await fh.close();
-  }
-  await rename(tmp, current);
-  await fsyncPath(dir.snapshots);
+  // `current` first (durable): from here a connect restores the checkpoint whatever happens
+  // next; the later generations are then only files nothing names.
+  await writeCurrent(dir.snapshots, c.generation);
   await dir.writeMeta(next);
   for (const name of await readdir(dir.snapshots)) {
     const m = /(\d+)$/.exec(name);
@@ -134,4 +138,20 @@ export async function rewindTo(dir: SandboxDir, meta: SandboxMeta, c: Checkpoint
     if (g > c.generation && generationLayout(g).dir === name) await rm(join(dir.snapshots, name), { recursive: true, force: true });
   }
   return next;
+}
+
+/** Points `snapshots`/current at `generation` (a temporary file renamed over it, then the
+ *  directory synced): the generation a restore of that directory loads. */
+export async function writeCurrent(snapshots: string, generation: number): Promise<void> {
+  const current = join(snapshots, 'current');
+  const tmp = `${current}.${process.pid}.tmp`;
+  const fh = await open(tmp, 'w');
+  try {
+    await fh.writeFile(`${generationLayout(generation).dir}\n`);
+    await fh.sync();
+  } finally {
+    await fh.close();
+  }
+  await rename(tmp, current);
+  await fsyncPath(snapshots);
 }

@@ -11,8 +11,11 @@ export interface SandboxInfo {
   /** The template it was created from ('base', or a name given to Template.build). */
   template: string;
   /** 'template': restored from the warm template (the first pause writes only what changed since);
-   *  'boot': booted (template: false, or the template could not be used: `bootReason`). */
+   *  'boot': booted (template: false, or the template could not be used: `bootReason`);
+   *  'fork': made by another sandbox's fork() (`forkedFrom`). */
   createdFrom?: CreatedFrom;
+  /** The sandbox it was forked from (createdFrom 'fork'). */
+  forkedFrom?: string;
   /** Why it was booted rather than restored from the template (createdFrom 'boot' only). */
   bootReason?: string;
   /** The labels given to create. */
@@ -86,6 +89,7 @@ export function infoOf(meta: SandboxMeta, state: SandboxState, ownerPid: number 
     bytesOnDisk,
   };
   if (meta.createdFrom) info.createdFrom = meta.createdFrom;
+  if (meta.forkedFrom) info.forkedFrom = meta.forkedFrom;
   if (meta.bootReason) info.bootReason = meta.bootReason;
   if (meta.pausedAt) info.pausedAt = new Date(meta.pausedAt);
   if (meta.resumedAt) info.resumedAt = new Date(meta.resumedAt);

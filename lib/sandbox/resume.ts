@@ -110,7 +110,7 @@ export async function resume(dir: SandboxDir, before: SandboxMeta, lock: OwnerLo
       // A sandbox never paused: its first top layer, as the dead owner's machine left it
       // (crash-consistent), under a new top; over the template's layers for a template sandbox.
       if (generation === 0) {
-        if (before.createdFrom === 'template') await dir.adoptRestoreTop();
+        if (before.createdFrom === 'template' || before.createdFrom === 'fork') await dir.adoptRestoreTop();
         const first = relative(dir.path, dir.firstOverlay);
         if (existsSync(dir.firstOverlay) && !diskLayers.includes(first)) diskLayers = [...diskLayers, first];
       }

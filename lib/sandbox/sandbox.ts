@@ -45,7 +45,8 @@ import { resume, type ConnectOpts, type Running } from './resume.js';
 import { checkConnectOpts, checkCreateOpts, checkSetTimeout, commandDefaultsOf, listFilter, normalizeCreateArgs } from './sandbox-options.js';
 import { abortable, throwIfAborted } from './deadline.js';
 import { checkInt, checkKnownKeys, checkObject, checkSignal, checkString, fail } from './validate.js';
-import { findCheckpoint, listCheckpoints, writeCheckpoint, type Checkpoint } from './checkpoints.js';
+import { captureLive, findCheckpoint, listCheckpoints, writeCheckpoint, type Checkpoint } from './checkpoints.js';
+import { dropForkBaseIfUnused, makeForkBase, startChild } from './fork.js';
 
 export type { ConnectOpts } from './resume.js';
 export type { SandboxInfo } from './info.js';
@@ -176,6 +177,11 @@ export interface SandboxEvents {
    *  'error' listener it is reported as a process warning instead (never an uncaught error). */
   error: [error: Error];
 }
+
+/** The most children one fork() makes. */
+const MAX_FORK = 64;
+/** How long a fork's child has to answer after its restore. */
+const FORK_AGENT_TIMEOUT_MS = 30_000;
 
 export class Sandbox extends EventEmitter<SandboxEvents> implements AsyncDisposable {
   /** The sandbox's id: its directory's name under TORPOR_HOME, what connect, getInfo and kill take. */
@@ -746,6 +752,50 @@ export class Sandbox extends EventEmitter<SandboxEvents> implements AsyncDisposa
     return this.resume({ ...opts, checkpoint });
   }
 
+  /**
+   * Forks the sandbox: `count` new sandboxes continue it from this moment, each with its own id,
+   * directory, owner lock and network backend, and fresh entropy (RESUMED) before anything runs
+   * in it; this one runs on. Its memory is captured once (a generation, the pages written since
+   * the last one) and shared copy-on-write; each child's disk writes go to a layer of its own.
+   * Parent and children diverge from there and are independent: killing one leaves the others.
+   * docs/sandbox-lifecycle.md#fork.
+   *
+   * @param count - How many children (1 to 64; default 1).
+   * @returns The children, running, in this process.
+   * @throws {@link IllegalTransitionError} (INVALID_STATE) unless the sandbox is running.
+   * @throws {@link InvalidArgumentError} (INVALID_ARGUMENT) for a count out of range.
+   */
+  async fork(count = 1): Promise<Sandbox[]> {
+    checkInt('count', count, 1, MAX_FORK);
+    this.#life.require('fork()', 'running');
+    await this.#checkpointing?.catch(() => undefined);
+    this.#life.require('fork()', 'running');
+    const run = this.#run!;
+    const capturing = captureLive(this.#dir, this.#meta, run);
+    this.#checkpointing = capturing;
+    let generation: number;
+    try {
+      const r = await capturing;
+      this.#meta = r.meta;
+      if (this.#run === run) this.#run = { ...run, diskLayers: r.diskLayers };
+      generation = r.snap.generation;
+    } finally {
+      if (this.#checkpointing === capturing) this.#checkpointing = null;
+    }
+    const base = await makeForkBase(this.#dir, generation, '');
+    // All or none: a child that does not start takes the others (and the base) with it.
+    const results = await Promise.allSettled(Array.from({ length: count }, () => startChild(base, this.#meta, FORK_AGENT_TIMEOUT_MS)));
+    const started = results.flatMap((r) => (r.status === 'fulfilled' ? [new Sandbox(r.value.dir, r.value.meta, r.value.run)] : []));
+    const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+    if (failed) {
+      await Promise.allSettled(started.map((s) => s.kill()));
+      await dropForkBaseIfUnused(base.dir).catch(() => false);
+      throw failed.reason;
+    }
+    for (const child of started) child.#onDispose = this.#onDispose;
+    return started;
+  }
+
   /** E2B's name for {@link Sandbox.resume} on an instance. */
   connect(opts: ConnectOpts = {}): Promise<this> {
     return this.resume(opts);
@@ -862,12 +912,14 @@ export class Sandbox extends EventEmitter<SandboxEvents> implements AsyncDisposa
     });
     if (taken === null) return false;
     if (!taken.ok) throw SANDBOX_BUSY(sandboxId, taken.ownerPid);
+    const forkBase = (await dir.readMeta().catch(() => undefined))?.templateBuild;
     try {
       await dir.remove();
     } finally {
       await taken.lock.release();
     }
     if (mine) mine.#markKilled();
+    await dropForkBaseIfUnused(forkBase).catch(() => false);
     return true;
   }
 
@@ -945,6 +997,8 @@ export class Sandbox extends EventEmitter<SandboxEvents> implements AsyncDisposa
         await run.lock.release();
       }
     }
+    // A fork's child was the last to use its fork base: the base goes too.
+    await dropForkBaseIfUnused(this.#meta.templateBuild).catch(() => false);
   }
 
   /** What `await using` does at the end of its scope: kills the sandbox (its files are deleted),

@@ -28,7 +28,7 @@ export type OnTimeout = 'pause' | 'kill';
 /** What a resume continued from: the guest's memory (it went on), or the generation's disk (booted). */
 export type ResumedFrom = 'memory' | 'disk';
 /** How a sandbox's machine first came up: restored from a warm template, or booted. */
-export type CreatedFrom = 'template' | 'boot';
+export type CreatedFrom = 'template' | 'boot' | 'fork';
 
 /** A checkpoint as meta.json records it. */
 export interface CheckpointRecord {
@@ -67,7 +67,9 @@ export interface SandboxMeta {
    *  the template's frozen layers, by absolute path under TORPOR_HOME/templates/. */
   diskLayers?: string[];
   createdFrom?: CreatedFrom;
-  /** The template build it was restored from (absolute; createdFrom 'template'). */
+  /** The sandbox it was forked from (createdFrom 'fork'). */
+  forkedFrom?: string;
+  /** The template build (or fork base) it was restored from (absolute; createdFrom 'template' or 'fork'). */
   templateBuild?: string;
   /** Why it was booted although templates were on (createdFrom 'boot'). */
   bootReason?: string;
@@ -151,7 +153,8 @@ export function parseMeta(text: string, path: string, templatesRoot?: string): S
       throw badMeta(path, 'diskLayers must be relative paths inside the sandbox directory (or a template\'s layers)');
     }
   }
-  if (m.createdFrom !== undefined && m.createdFrom !== 'template' && m.createdFrom !== 'boot') throw badMeta(path, 'createdFrom is malformed');
+  if (m.createdFrom !== undefined && m.createdFrom !== 'template' && m.createdFrom !== 'boot' && m.createdFrom !== 'fork') throw badMeta(path, 'createdFrom is malformed');
+  if (m.forkedFrom !== undefined && !(isStr(m.forkedFrom) && ID_PATTERN.test(m.forkedFrom))) throw badMeta(path, 'forkedFrom is malformed');
   if (m.templateBuild !== undefined && !(isStr(m.templateBuild) && isTemplateLayer(m.templateBuild, templatesRoot))) throw badMeta(path, 'templateBuild is malformed');
   if (m.bootReason !== undefined && !isStr(m.bootReason)) throw badMeta(path, 'bootReason is not a string');
   const lost = m.lostInterval as { from?: unknown; to?: unknown } | undefined;

@@ -1,0 +1,143 @@
+// sbx.fork(n) (docs/sandbox-lifecycle.md#fork): n new sandboxes continuing a running one.
+//
+//   1. The parent is captured into its next generation while it runs on (captureLive, as a
+//      checkpoint is, without the record).
+//   2. That generation's files are hard-linked into a fork base, templates/.forks/f-<ms>-<hex>/,
+//      at the same relative paths (the state names its layers relative to its directory): the
+//      children name its layers by absolute path as a template's sandboxes do, and whatever the
+//      parent does next (pause, prune, restore a checkpoint, kill) removes only its own links.
+//      A generation's files are never rewritten, so sharing their inodes is safe.
+//   3. Each child is a sandbox of its own (id, directory, owner lock, meta.json, network backend)
+//      restored from the fork base into its directory, as from a template: its memory is the
+//      base's mapped copy-on-write, its disk a top layer of its own, and RESUMED gives it the
+//      host's clock and fresh entropy before anything else runs.
+// The fork base goes when the last sandbox using it is killed (or by `torpor prune`).
+import { randomBytes } from 'node:crypto';
+import { link, mkdir, readdir, rm, stat } from 'node:fs/promises';
+import { dirname, isAbsolute, join } from 'node:path';
+
+import type { ResolvedNetwork } from '../net/options.js';
+import { homeLayout } from '../store/home.js';
+import { takeOwnerLock, type OwnerLock } from '../store/owner-lock.js';
+import { SandboxDir, newSandboxId, sandboxIds, type SandboxMeta } from '../store/sandbox-dir.js';
+import { readGenerationFiles } from '../store/snapshot-files.js';
+import { writeCurrent } from './checkpoints.js';
+import { SANDBOX_BUSY } from './live.js';
+import type { Running } from './resume.js';
+import { restoreInto } from './template-start.js';
+import type { TemplateBuild } from './template.js';
+import { UndoStack } from './undo-stack.js';
+
+/** Where fork bases live: under templates/, so that sandboxes may name their layers (meta.json
+ *  accepts a template's layers by absolute path), in a directory no template name can take. */
+export function forksRoot(home?: string): string {
+  return join(homeLayout(home).templates, '.forks');
+}
+
+/** A fork base made from generation `generation` of `parent`: its files hard-linked (copied
+ *  where the filesystem cannot link) into a new directory whose `current` names it. */
+export async function makeForkBase(parent: SandboxDir, generation: number, mac: string): Promise<TemplateBuild> {
+  const files = readGenerationFiles(parent.snapshots, generation);
+  const base = join(forksRoot(), `f-${Date.now()}-${randomBytes(4).toString('hex')}`);
+  const own = (p: string) => !isAbsolute(p);
+  const wanted = [files.manifest, files.state, ...files.memoryLayers, ...(files.disks ?? []).flat().flatMap((p) => [p, `${p}.map`])].filter(own);
+  try {
+    for (const p of new Set(wanted)) {
+      const from = join(parent.snapshots, p);
+      if (p.endsWith('.map') && !(await stat(from).then(() => true, () => false))) continue;
+      await mkdir(dirname(join(base, p)), { recursive: true });
+      await link(from, join(base, p));
+    }
+    await writeCurrent(base, generation);
+  } catch (err) {
+    await rm(base, { recursive: true, force: true }).catch(() => undefined);
+    throw err;
+  }
+  const disk = files.disks?.[0] ?? [];
+  return { name: `fork of ${parent.id}`, key: '', dir: base, diskLayers: disk.map((p) => (isAbsolute(p) ? p : join(base, p))), mac };
+}
+
+/** What a child keeps of its parent's meta.json: what it is (template, kernel, root filesystem,
+ *  size, environment, network, lifecycle), not where the parent stands. */
+function childMeta(parent: SandboxMeta, dir: SandboxDir): SandboxMeta {
+  const meta: SandboxMeta = {
+    id: dir.id,
+    template: parent.template,
+    createdAt: new Date().toISOString(),
+    vcpus: parent.vcpus,
+    memoryMiB: parent.memoryMiB,
+    metadata: { ...parent.metadata },
+    envs: { ...parent.envs },
+    kernel: parent.kernel,
+    rootfs: parent.rootfs,
+    cmdline: parent.cmdline,
+    ownerPid: process.pid,
+    state: 'starting',
+    forkedFrom: parent.id,
+  };
+  for (const k of ['diskMb', 'defaults', 'templateLayers', 'timeoutMs', 'onTimeout', 'autoResume', 'network'] as const) {
+    if (parent[k] !== undefined) (meta as unknown as Record<string, unknown>)[k] = parent[k];
+  }
+  return meta;
+}
+
+/** One child of a fork: its directory, lock and meta.json, its machine restored from `base`. */
+export async function startChild(base: TemplateBuild, parent: SandboxMeta, agentMs: number): Promise<{ dir: SandboxDir; meta: SandboxMeta; run: Running }> {
+  const dir = new SandboxDir(newSandboxId());
+  const meta = childMeta(parent, dir);
+  const undo = new UndoStack();
+  try {
+    await dir.create();
+    let lock: OwnerLock | undefined;
+    undo.defer(async () => {
+      try {
+        await dir.remove();
+      } finally {
+        await lock?.release();
+      }
+    });
+    const taken = await takeOwnerLock(dir.lockPath);
+    if (!taken.ok) throw SANDBOX_BUSY(dir.id, taken.ownerPid); // a fresh random id: cannot happen
+    lock = taken.lock;
+    await dir.writeMeta(meta);
+    const network: ResolvedNetwork | false = meta.network ?? false;
+    const started = await restoreInto(base, dir, network, agentMs);
+    const { guest } = started;
+    undo.defer(() => guest.stop());
+    const running: SandboxMeta = {
+      ...meta,
+      state: 'running',
+      createdFrom: 'fork',
+      templateBuild: base.dir,
+      diskLayers: started.diskLayers,
+      ...(guest.network ? { hostPorts: guest.network.hostPortsRecord() } : {}),
+    };
+    await dir.writeMeta(running);
+    undo.move();
+    return { dir, meta: running, run: { guest, lock, diskLayers: started.diskLayers } };
+  } catch (err) {
+    await undo.disposeAsync().catch(() => undefined);
+    throw err;
+  }
+}
+
+/** Removes a fork base no sandbox uses any more (nor names a layer of). Best effort: a base kept
+ *  is only disk, which `torpor prune` finds again. */
+export async function dropForkBaseIfUnused(base: string | undefined): Promise<boolean> {
+  if (!base || !base.startsWith(forksRoot() + '/')) return false;
+  const under = (p: string | undefined) => p !== undefined && (p === base || p.startsWith(base + '/'));
+  for (const id of await sandboxIds()) {
+    const meta = await new SandboxDir(id).readMeta().catch(() => undefined);
+    // A directory whose meta.json cannot be read might use it: keep it.
+    if (!meta) return false;
+    if (under(meta.templateBuild) || (meta.diskLayers ?? []).some(under) || (meta.templateLayers ?? []).some(under)) return false;
+  }
+  await rm(base, { recursive: true, force: true });
+  return true;
+}
+
+/** Every fork base under templates/.forks/ (torpor prune's candidates). */
+export async function forkBases(): Promise<string[]> {
+  const root = forksRoot();
+  return (await readdir(root).catch(() => [] as string[])).filter((n) => n.startsWith('f-')).map((n) => join(root, n));
+}
