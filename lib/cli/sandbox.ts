@@ -8,6 +8,7 @@ import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { CommandExitError, InvalidArgumentError, TorporError } from '../errors.js';
 import { Sandbox, type SandboxInfo, type SandboxState } from '../sandbox/sandbox.js';
 import { SANDBOX_STATES } from '../sandbox/lifecycle.js';
+import { dropForkBaseIfUnused, forkBases, forkBaseUnused } from '../sandbox/fork.js';
 import { Template } from '../template/template.js';
 import { formatAge, formatBytes, parseDuration, table } from './format.js';
 
@@ -281,13 +282,19 @@ async function prune(argv: string[]): Promise<number> {
     }
     templates.push(t.name);
   }
-  if (values.json) process.stdout.write(JSON.stringify({ dryRun: dry, sandboxes, templates }, null, 2) + '\n');
+  // Fork bases no sandbox uses any more (a fork whose children were all killed elsewhere).
+  const forkBasesRemoved: string[] = [];
+  for (const base of await forkBases()) {
+    if (dry ? await forkBaseUnused(base) : await dropForkBaseIfUnused(base)) forkBasesRemoved.push(base);
+  }
+  if (values.json) process.stdout.write(JSON.stringify({ dryRun: dry, sandboxes, templates, forkBases: forkBasesRemoved }, null, 2) + '\n');
   else {
     const verb = dry ? 'would remove' : 'removed';
     const freed = sandboxes.reduce((n, s) => n + s.bytesOnDisk, 0);
     process.stdout.write(`${verb} ${sandboxes.length} paused sandbox${sandboxes.length === 1 ? '' : 'es'} (${formatBytes(freed)}) and ${templates.length} template${templates.length === 1 ? '' : 's'}\n`);
     for (const s of sandboxes) process.stdout.write(`  ${s.sandboxId}  paused ${s.pausedAt}\n`);
     for (const t of templates) process.stdout.write(`  template ${t}\n`);
+    for (const b of forkBasesRemoved) process.stdout.write(`  fork base ${b}\n`);
   }
   return 0;
 }

@@ -124,15 +124,20 @@ export async function startChild(base: TemplateBuild, parent: SandboxMeta, agent
 /** Removes a fork base no sandbox uses any more (nor names a layer of). Best effort: a base kept
  *  is only disk, which `torpor prune` finds again. */
 export async function dropForkBaseIfUnused(base: string | undefined): Promise<boolean> {
-  if (!base || !base.startsWith(forksRoot() + '/')) return false;
+  if (!base || !(await forkBaseUnused(base))) return false;
+  await rm(base, { recursive: true, force: true });
+  return true;
+}
+
+/** Whether `base` is a fork base no sandbox uses (a sandbox whose meta.json cannot be read might). */
+export async function forkBaseUnused(base: string): Promise<boolean> {
+  if (!base.startsWith(forksRoot() + '/')) return false;
   const under = (p: string | undefined) => p !== undefined && (p === base || p.startsWith(base + '/'));
   for (const id of await sandboxIds()) {
     const meta = await new SandboxDir(id).readMeta().catch(() => undefined);
-    // A directory whose meta.json cannot be read might use it: keep it.
     if (!meta) return false;
     if (under(meta.templateBuild) || (meta.diskLayers ?? []).some(under) || (meta.templateLayers ?? []).some(under)) return false;
   }
-  await rm(base, { recursive: true, force: true });
   return true;
 }
 
