@@ -62,6 +62,30 @@ while True:
   assert.equal((await sbx.checkpoints()).map((c) => c.label), ['good']);
 });
 
+maybe('fork(2): the children draw different random numbers, their files diverge, the parent runs on', async () => {
+  await using parent = await Sandbox.create({ boot: { timeoutMs: 120_000 } });
+  await parent.files.write('/home/user/shared.txt', 'before the fork');
+  const kids = await parent.fork(2);
+  try {
+    // New processes in each: /dev/urandom and python's random (seeded from it) differ per child.
+    const draw = async (s: Sandbox) =>
+      (await s.commands.run(`head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \\n'; echo; python3 -c 'import random; print(random.random())'`)).stdout;
+    const draws = await Promise.all([parent, ...kids].map(draw));
+    assert.is(new Set(draws).size, 3, draws.join(' | '));
+    for (const kid of kids) assert.is(await kid.files.read('/home/user/shared.txt'), 'before the fork');
+    await kids[0]!.files.write('/home/user/shared.txt', 'child 0');
+    await kids[1]!.files.write('/home/user/shared.txt', 'child 1');
+    await parent.files.write('/home/user/shared.txt', 'parent');
+    assert.equal(
+      await Promise.all([parent, ...kids].map((s) => s.files.read('/home/user/shared.txt'))),
+      ['parent', 'child 0', 'child 1'],
+    );
+    assert.is((await kids[0]!.getInfo()).forkedFrom, parent.sandboxId);
+  } finally {
+    await Promise.allSettled(kids.map((k) => k.kill()));
+  }
+});
+
 maybe('8 sandboxes at once', async () => {
   const boxes = await allOrNone(
     Array.from({ length: 8 }, () => Sandbox.create({ memoryMiB: 256, vcpus: 1, boot: { timeoutMs: 180_000 } })),

@@ -56,7 +56,7 @@ export const LINUX_FILES: Record<string, number> = {
   'vmm-linux': 1,
   'cli-linux': 1,
   'vmm-linux-snapshot': 2,
-  'sandbox-linux': 3,
+  'sandbox-linux': 4,
   'sandbox-linux-pause': 5,
   'sandbox-linux-template': 1,
   'api-e2b-linux': 3,
