@@ -103,6 +103,12 @@ export const SPECS: Spec[] = [
     },
   },
   {
+    id: 'fork',
+    title: 'Fork and checkpoints',
+    what: '`sbx.fork(10)` of a test-guest sandbox (64 MiB) against `machine.fork(10)` of the same guest in the same run, with and without a network; `sbx.checkpoint()` and `sbx.restore()` of a running sandbox.',
+    rerun: 'npm run bench -- fork',
+  },
+  {
     id: 'snapshot',
     title: 'Machine snapshots (VMM level)',
     what: 'Captures of a running test guest with a given number of pages written (captured: the machine stopped; durable: written and fsynced), restores, `machine.fork(10)`, and QEMU saving and restoring the same guest in the same run.',
