@@ -6,14 +6,13 @@
 //
 // The directory stays linear: restoring checkpoint G removes the generations after G (and the
 // checkpoints among them), then the next capture writes G + 1 again.
-import { open, readdir, rename, rm, stat } from 'node:fs/promises';
+import { readdir, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 
 import { TorporError } from '../errors.js';
 import { frozenDiskTop, metaLayerPath } from '../store/generations.js';
-import { fsyncPath } from '../store/fsync.js';
 import type { CheckpointRecord, SandboxDir, SandboxMeta } from '../store/sandbox-dir.js';
-import { generationLayout, readGenerationFiles } from '../store/snapshot-files.js';
+import { generationLayout, readGenerationFiles, writeCurrent } from '../store/snapshot-files.js';
 import { syncBeforeCapture } from './pause.js';
 import type { SnapshotResult } from '../vm/machine.js';
 import type { Running } from './resume.js';
@@ -140,18 +139,3 @@ export async function rewindTo(dir: SandboxDir, meta: SandboxMeta, c: Checkpoint
   return next;
 }
 
-/** Points `snapshots`/current at `generation` (a temporary file renamed over it, then the
- *  directory synced): the generation a restore of that directory loads. */
-export async function writeCurrent(snapshots: string, generation: number): Promise<void> {
-  const current = join(snapshots, 'current');
-  const tmp = `${current}.${process.pid}.tmp`;
-  const fh = await open(tmp, 'w');
-  try {
-    await fh.writeFile(`${generationLayout(generation).dir}\n`);
-    await fh.sync();
-  } finally {
-    await fh.close();
-  }
-  await rename(tmp, current);
-  await fsyncPath(snapshots);
-}

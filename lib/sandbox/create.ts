@@ -78,20 +78,7 @@ export async function startSandbox(opts: SandboxOpts, from: CreateSources): Prom
 
   const undo = new UndoStack();
   try {
-    await dir.create();
-    let lock: OwnerLock | undefined;
-    // Undone last: the directory removed, then its lock let go.
-    undo.defer(async () => {
-      try {
-        await dir.remove();
-      } finally {
-        await lock?.release();
-      }
-    });
-    const taken = await takeOwnerLock(dir.lockPath);
-    if (!taken.ok) throw SANDBOX_BUSY(dir.id, taken.ownerPid); // a fresh random id: cannot happen
-    lock = taken.lock;
-    await dir.writeMeta(meta);
+    const lock = await openSandboxDir(dir, meta, undo);
     let started: Started | undefined;
     let bootReason = 'template: false';
     if (useTemplate) {
@@ -122,6 +109,27 @@ export async function startSandbox(opts: SandboxOpts, from: CreateSources): Prom
     await undo.disposeAsync().catch(() => undefined);
     throw err;
   }
+}
+
+/**
+ * A new sandbox's directory, its owner lock taken and its meta.json written. `undo` removes the
+ * directory and then lets the lock go (deferred first, so undone last).
+ */
+export async function openSandboxDir(dir: SandboxDir, meta: SandboxMeta, undo: UndoStack): Promise<OwnerLock> {
+  await dir.create();
+  let lock: OwnerLock | undefined;
+  undo.defer(async () => {
+    try {
+      await dir.remove();
+    } finally {
+      await lock?.release();
+    }
+  });
+  const taken = await takeOwnerLock(dir.lockPath);
+  if (!taken.ok) throw SANDBOX_BUSY(dir.id, taken.ownerPid); // a fresh random id: cannot happen
+  lock = taken.lock;
+  await dir.writeMeta(meta);
+  return lock;
 }
 
 /**

@@ -18,11 +18,9 @@ import { dirname, isAbsolute, join } from 'node:path';
 
 import type { ResolvedNetwork } from '../net/options.js';
 import { homeLayout } from '../store/home.js';
-import { takeOwnerLock, type OwnerLock } from '../store/owner-lock.js';
 import { SandboxDir, newSandboxId, sandboxIds, type SandboxMeta } from '../store/sandbox-dir.js';
-import { readGenerationFiles } from '../store/snapshot-files.js';
-import { writeCurrent } from './checkpoints.js';
-import { SANDBOX_BUSY } from './live.js';
+import { readGenerationFiles, writeCurrent } from '../store/snapshot-files.js';
+import { openSandboxDir } from './create.js';
 import type { Running } from './resume.js';
 import { restoreInto } from './template-start.js';
 import type { TemplateBuild } from './template.js';
@@ -87,19 +85,7 @@ export async function startChild(base: TemplateBuild, parent: SandboxMeta, agent
   const meta = childMeta(parent, dir);
   const undo = new UndoStack();
   try {
-    await dir.create();
-    let lock: OwnerLock | undefined;
-    undo.defer(async () => {
-      try {
-        await dir.remove();
-      } finally {
-        await lock?.release();
-      }
-    });
-    const taken = await takeOwnerLock(dir.lockPath);
-    if (!taken.ok) throw SANDBOX_BUSY(dir.id, taken.ownerPid); // a fresh random id: cannot happen
-    lock = taken.lock;
-    await dir.writeMeta(meta);
+    const lock = await openSandboxDir(dir, meta, undo);
     const network: ResolvedNetwork | false = meta.network ?? false;
     const started = await restoreInto(base, dir, network, agentMs);
     const { guest } = started;

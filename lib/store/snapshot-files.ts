@@ -6,12 +6,13 @@
 // (merged memory layers and disk overlays) and tops/ (live disk tops); older generations' files
 // that the current one no longer names (merged away) can go.
 import { readFileSync } from 'node:fs';
-import { readdir, readFile, rmdir, unlink } from 'node:fs/promises';
+import { open, readdir, readFile, rename, rmdir, unlink } from 'node:fs/promises';
 import { isAbsolute, join } from 'node:path';
 
 import { TorporError } from '../errors.js';
 import { loadNative } from '../native.js';
 import type { NativeGenerationLayout } from '../native-types.js';
+import { fsyncPath } from './fsync.js';
 
 /** A generation's files as its manifest.json names them. Paths are relative to the snapshot
  *  directory (always inside it), or absolute for layers another directory holds (a template's). */
@@ -124,6 +125,22 @@ function generationNamed(name: string): number {
 export async function currentGenerationOf(dir: string): Promise<number> {
   const text = await readFile(join(dir, 'current'), 'utf8').catch(() => '');
   return generationNamed(text.endsWith('\n') ? text.slice(0, -1) : text);
+}
+
+/** Points `snapshots`/current at `generation` (a temporary file renamed over it, then the
+ *  directory synced): the generation a restore of that directory loads. */
+export async function writeCurrent(snapshots: string, generation: number): Promise<void> {
+  const current = join(snapshots, 'current');
+  const tmp = `${current}.${process.pid}.tmp`;
+  const fh = await open(tmp, 'w');
+  try {
+    await fh.writeFile(`${generationLayout(generation).dir}\n`);
+    await fh.sync();
+  } finally {
+    await fh.close();
+  }
+  await rename(tmp, current);
+  await fsyncPath(snapshots);
 }
 
 /**
