@@ -29,7 +29,7 @@ maybe('uname, python3 arithmetic and a file round trip in one sandbox', async ()
 maybe("checkpoint and restore: a bad step undone, the files and a python process's memory as they were", async () => {
   await using sbx = await Sandbox.create({ boot: { timeoutMs: 120_000 } });
   // A python process holding its state only in memory, answering on a FIFO.
-  await sbx.commands.run('mkfifo /tmp/ask /tmp/answer; echo v1 > /home/user/app.txt');
+  await sbx.commands.run('mkfifo /tmp/ask /tmp/answer; echo v1 > /home/user/app.txt; mkdir -p /home/user/project/src; seq 1 1000 > /home/user/project/src/data.txt');
   const server = `
 import sys
 n = 0
@@ -49,7 +49,8 @@ while True:
   assert.is(sbx.state, 'running');
 
   // The bad step: a file overwritten, one removed, the process's state moved on.
-  await sbx.commands.run('echo broken > /home/user/app.txt; rm /tmp/server.py; echo new > /home/user/extra.txt');
+  await sbx.commands.run('echo broken > /home/user/app.txt; rm /tmp/server.py; echo new > /home/user/extra.txt; rm -rf /home/user/project; sync');
+  assert.not.ok(await sbx.files.exists('/home/user/project'));
   assert.is(await ask('inc'), '2');
   assert.is(await ask('inc'), '3');
 
@@ -57,6 +58,7 @@ while True:
   assert.is(await sbx.files.read('/home/user/app.txt'), 'v1\n');
   assert.ok(await sbx.files.exists('/tmp/server.py'));
   assert.not.ok(await sbx.files.exists('/home/user/extra.txt'));
+  assert.is((await sbx.commands.run('wc -l < /home/user/project/src/data.txt')).stdout, '1000\n', 'the directory rm -rf removed is back');
   assert.is(await ask('get'), '1', "the process's memory as it was at the checkpoint");
   assert.is(await ask('inc'), '2');
   assert.equal((await sbx.checkpoints()).map((c) => c.label), ['good']);

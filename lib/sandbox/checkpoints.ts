@@ -28,6 +28,8 @@ export interface Checkpoint {
   /** Bytes its own generation holds on disk (the pages written since the generation before it,
    *  the disk blocks written since then, the machine state). */
   bytes: number;
+  /** How long the guest was stopped for the capture, in ms (only on what checkpoint() returns). */
+  stoppedMs?: number;
 }
 
 /** At most this many checkpoints per sandbox: each pins a generation's files. */
@@ -77,7 +79,8 @@ export async function writeCheckpoint(
   }
   const withLabel = label !== undefined ? { label } : {};
   const r = await captureLive(dir, meta, run, (generation, at) => ({ generation, createdAt: at.toISOString(), ...withLabel }));
-  return { meta: r.meta, diskLayers: r.diskLayers, checkpoint: { id: r.snap.generation, createdAt: r.at, bytes: r.snap.bytes, ...withLabel } };
+  const checkpoint: Checkpoint = { id: r.snap.generation, createdAt: r.at, bytes: r.snap.bytes, stoppedMs: r.snap.capturedMs, ...withLabel };
+  return { meta: r.meta, diskLayers: r.diskLayers, checkpoint };
 }
 
 /** The checkpoints meta.json records whose generation is still there, with the bytes each holds. */
