@@ -195,7 +195,7 @@ export class AgentClient {
       if (opts.timeoutMs) {
         timer = setTimeout(() => {
           stream.cancel();
-          reject(new TorporError('TIMEOUT', `${requestName(type)} got no answer within ${opts.timeoutMs} ms`));
+          settle(() => reject(new TorporError('TIMEOUT', `${requestName(type)} got no answer within ${opts.timeoutMs} ms`)));
         }, opts.timeoutMs);
       }
       if (signal) {

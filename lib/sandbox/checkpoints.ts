@@ -142,3 +142,14 @@ export async function rewindTo(dir: SandboxDir, meta: SandboxMeta, c: Checkpoint
   return next;
 }
 
+/**
+ * A rewind a process died in the middle of: `current` names a checkpoint older than meta.json's
+ * generation. Finished as rewindTo would have (meta.json at that checkpoint, the generations
+ * after it removed), so the next capture never builds on a later generation's leftovers. A
+ * directory without that mismatch is returned as it is.
+ */
+export async function completeRewind(dir: SandboxDir, meta: SandboxMeta, current: number): Promise<SandboxMeta> {
+  if (current === 0 || meta.generation === undefined || current >= meta.generation) return meta;
+  const c = meta.checkpoints?.find((k) => k.generation === current);
+  return c ? rewindTo(dir, meta, c) : meta;
+}

@@ -81,19 +81,25 @@ export class OutputBuffer<O extends Output = string> {
     this.joined = (this.decoder ? '' : Buffer.alloc(0)) as O;
   }
 
-  /** One frame's bytes in; the piece for the callbacks out (empty when a character is split). */
+  /** One frame's bytes in; the piece for the callbacks out (empty when a character is split).
+   *  Bytes are copied: the frame's payload is a view of the connection's receive buffer, and the
+   *  callbacks get a copy of their own (what they do to it does not change what is kept). */
   push(data: Buffer): O {
-    // A copy: the frame's payload is a view of the connection's receive buffer.
-    const piece = (this.decoder ? this.decoder.write(data) : Buffer.from(data)) as O;
-    if (piece.length) this.store(piece);
-    return piece;
+    if (this.decoder) {
+      const text = this.decoder.write(data) as O;
+      if (text.length) this.store(text);
+      return text;
+    }
+    const kept = Buffer.from(data);
+    if (kept.length) this.store(kept as O);
+    return (this.keep ? Buffer.from(kept) : kept) as O;
   }
   finish(): O {
     const rest = (this.decoder ? this.decoder.end() : Buffer.alloc(0)) as O;
     if (rest.length) this.store(rest);
     return rest;
   }
-  /** Everything kept so far. */
+  /** Everything kept so far (with `'buffer'`, the handle's own Buffer: copy it to change it). */
   get value(): O {
     if (this.joined === null) {
       const joined = (this.decoder ? (this.chunks as string[]).join('') : Buffer.concat(this.chunks as Buffer[])) as O;

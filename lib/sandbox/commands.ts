@@ -267,22 +267,31 @@ export class Commands implements ProcessControl {
     const label = Array.isArray(cmd) ? cmd.join(' ') : cmd;
     throwIfAborted(opts.signal, label);
     const handle = await this.start(request, opts, label);
-    if (typeof opts.stdin === 'string' || opts.stdin instanceof Uint8Array) {
-      try {
-        await this.sendStdin(handle.pid, opts.stdin);
-        await this.closeStdin(handle.pid);
-      } catch (err) {
-        // A program may exit without reading its input (`true`, `head -1`): its exit status is
-        // the answer then, not the failed write. Anything else is the caller's to see.
-        if (opts.background || !isStdinGone(err)) throw err;
-      }
-    }
-    if (opts.background) return handle;
-    // An abort of a foreground run kills the process group, and sees it end, before the call rejects.
-    return abortable(this.waitForeground(handle, request, label), opts.signal, label, async () => {
+    // An abort from here on kills the process group, and sees it end, before the call rejects:
+    // while stdin is written (a program that does not read it would hold the write), and while
+    // a foreground run is waited for.
+    const kill = async () => {
       await this.killQuickly(handle.pid);
       await withinMs(handle.wait(), ABORT_KILL_TIMEOUT_MS, label, () => undefined).catch(() => undefined);
-    });
+    };
+    const stdin = opts.stdin;
+    if (typeof stdin === 'string' || stdin instanceof Uint8Array) {
+      await abortable(this.writeAllStdin(handle.pid, stdin, !opts.background), opts.signal, label, kill);
+    }
+    if (opts.background) return handle;
+    return abortable(this.waitForeground(handle, request, label), opts.signal, label, kill);
+  }
+
+  /** The `stdin` option's bytes written and stdin closed. For a foreground run, a program that
+   *  exited without reading its input (`true`, `head -1`) is no error: its exit status is the
+   *  answer then, not the failed write. Anything else is the caller's to see. */
+  private async writeAllStdin(pid: number, data: string | Uint8Array, foreground: boolean): Promise<void> {
+    try {
+      await this.sendStdin(pid, data);
+      await this.closeStdin(pid);
+    } catch (err) {
+      if (!foreground || !isStdinGone(err)) throw err;
+    }
   }
 
   private waitForeground(handle: CommandHandle<Output>, request: ExecRequest, label: string): Promise<CommandResult<Output>> {

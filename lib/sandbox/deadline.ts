@@ -51,8 +51,11 @@ export async function abortable<T>(
   }
   let onAbort!: () => void;
   let abortedFirst = false;
+  // `work` settled first: an abort that comes before this call returns must not undo it.
+  let workFirst = false;
   const aborted = new Promise<never>((_, reject) => {
     onAbort = () => {
+      if (workFirst) return;
       abortedFirst = true;
       void undo().then(() => reject(abortError(signal, what)));
     };
@@ -61,8 +64,16 @@ export async function abortable<T>(
   aborted.catch(() => undefined);
   // Once aborted, how `work` ends (often because `abandon` ended it) is not the answer: the abort is.
   const settled = work.then(
-    (value) => (abortedFirst ? aborted : value),
-    (err: unknown) => (abortedFirst ? aborted : Promise.reject(err)),
+    (value) => {
+      if (abortedFirst) return aborted;
+      workFirst = true;
+      return value;
+    },
+    (err: unknown) => {
+      if (abortedFirst) return aborted;
+      workFirst = true;
+      return Promise.reject(err);
+    },
   );
   try {
     return await Promise.race([settled, aborted]);

@@ -13,7 +13,7 @@
 //      host's clock and fresh entropy before anything else runs.
 // The fork base goes when the last sandbox using it is killed (or by `torpor prune`).
 import { randomBytes } from 'node:crypto';
-import { link, mkdir, readdir, rm, stat } from 'node:fs/promises';
+import { copyFile, link, mkdir, readdir, rm, stat } from 'node:fs/promises';
 import { dirname, isAbsolute, join } from 'node:path';
 
 import type { ResolvedNetwork } from '../net/options.js';
@@ -44,7 +44,7 @@ export async function makeForkBase(parent: SandboxDir, generation: number, mac: 
       const from = join(parent.snapshots, p);
       if (p.endsWith('.map') && !(await stat(from).then(() => true, () => false))) continue;
       await mkdir(dirname(join(base, p)), { recursive: true });
-      await link(from, join(base, p));
+      await linkOrCopy(from, join(base, p));
     }
     await writeCurrent(base, generation);
   } catch (err) {
@@ -55,9 +55,19 @@ export async function makeForkBase(parent: SandboxDir, generation: number, mac: 
   return { name: `fork of ${parent.id}`, key: '', dir: base, diskLayers: disk.map((p) => (isAbsolute(p) ? p : join(base, p))), mac };
 }
 
+/** A hard link, or a copy where the two paths are on different filesystems (EXDEV). */
+async function linkOrCopy(from: string, to: string): Promise<void> {
+  try {
+    await link(from, to);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'EXDEV') throw err;
+    await copyFile(from, to);
+  }
+}
+
 /** What a child keeps of its parent's meta.json: what it is (template, kernel, root filesystem,
  *  size, environment, network, lifecycle), not where the parent stands. */
-function childMeta(parent: SandboxMeta, dir: SandboxDir): SandboxMeta {
+function childMeta(parent: SandboxMeta, dir: SandboxDir, base: string): SandboxMeta {
   const meta: SandboxMeta = {
     id: dir.id,
     template: parent.template,
@@ -71,7 +81,10 @@ function childMeta(parent: SandboxMeta, dir: SandboxDir): SandboxMeta {
     cmdline: parent.cmdline,
     ownerPid: process.pid,
     state: 'starting',
+    // Named from the start, so that `torpor prune` never takes the base while the child restores.
+    createdFrom: 'fork',
     forkedFrom: parent.id,
+    templateBuild: base,
   };
   for (const k of ['diskMb', 'defaults', 'templateLayers', 'timeoutMs', 'onTimeout', 'autoResume', 'network'] as const) {
     if (parent[k] !== undefined) (meta as unknown as Record<string, unknown>)[k] = parent[k];
@@ -82,7 +95,7 @@ function childMeta(parent: SandboxMeta, dir: SandboxDir): SandboxMeta {
 /** One child of a fork: its directory, lock and meta.json, its machine restored from `base`. */
 export async function startChild(base: TemplateBuild, parent: SandboxMeta, agentMs: number): Promise<{ dir: SandboxDir; meta: SandboxMeta; run: Running }> {
   const dir = new SandboxDir(newSandboxId());
-  const meta = childMeta(parent, dir);
+  const meta = childMeta(parent, dir, base.dir);
   const undo = new UndoStack();
   try {
     const lock = await openSandboxDir(dir, meta, undo);

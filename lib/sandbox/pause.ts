@@ -27,8 +27,9 @@ export type PausedMeta = SandboxMeta & { diskLayers: string[] };
 export function pausedMeta(dir: SandboxDir, meta: SandboxMeta, run: Running, snap: SnapshotResult, pausedAt: Date): PausedMeta {
   // The disk as the generation names it: the addon may have merged older layers into one.
   const diskLayers = snap.diskLayers[0]?.map((p) => metaLayerPath(dir, p)) ?? [...run.diskLayers, frozenDiskTop(snap.generation)];
+  const { liveCapture: _liveCapture, ...rest } = meta;
   return {
-    ...meta,
+    ...rest,
     state: 'paused',
     ownerPid: null,
     generation: snap.generation,

@@ -11,7 +11,7 @@ import { dirname, join, relative } from 'node:path';
 import { SandboxNetwork } from '../net/sandbox-network.js';
 import type { OwnerLock } from '../store/owner-lock.js';
 import type { ResumedFrom, SandboxDir, SandboxMeta } from '../store/sandbox-dir.js';
-import { findCheckpoint, rewindTo } from './checkpoints.js';
+import { completeRewind, findCheckpoint, rewindTo } from './checkpoints.js';
 import { GuestRun, reasonOf, type GuestStart } from './guest-run.js';
 import { guestMachineOptions } from './readiness.js';
 import { UndoStack } from './undo-stack.js';
@@ -68,8 +68,10 @@ function lostSince(meta: SandboxMeta, generation: number): string {
  * the outcome in meta.json. On failure meta.json is put back as it was.
  */
 export async function resume(dir: SandboxDir, before: SandboxMeta, lock: OwnerLock, opts: ConnectOpts): Promise<{ meta: SandboxMeta; run: Running }> {
-  // Back to a checkpoint first (durable before anything restores it).
+  // Back to a checkpoint first (durable before anything restores it); or the rest of one a
+  // process died in the middle of (`current` already behind meta.json's generation).
   if (opts.checkpoint !== undefined) before = await rewindTo(dir, before, findCheckpoint(before, opts.checkpoint));
+  else before = await completeRewind(dir, before, await dir.currentGeneration());
   const generation = await dir.currentGeneration();
   const now = new Date();
   // Only a sandbox recorded as running (or pausing, starting) lost work: a crash while paused
@@ -127,6 +129,7 @@ export async function resume(dir: SandboxDir, before: SandboxMeta, lock: OwnerLo
     const started = guest;
     undo.defer(() => started.stop());
     const meta: SandboxMeta = { ...before, state: 'running', ownerPid: process.pid, resumedAt: new Date().toISOString(), resumedFrom };
+    delete meta.liveCapture; // settled above: this run starts from a known generation
     if (generation) meta.generation = generation;
     meta.diskLayers = diskLayers;
     delete meta.resumeReason;

@@ -20,7 +20,8 @@ import { InvalidArgumentError, KvmUnavailableError, abortError, SandboxNotFoundE
 import type { AgentClient } from '../agent/client.js';
 import type { NetworkOptions } from '../net/options.js';
 import { checkKernelFile } from '../setup/kernel-format.js';
-import { takeOwnerLock } from '../store/owner-lock.js';
+import { takeOwnerLock, type OwnerLock } from '../store/owner-lock.js';
+import { readGenerationFiles } from '../store/snapshot-files.js';
 import { SandboxDir, checkSandboxId, sandboxIds, type OnTimeout, type SandboxMeta } from '../store/sandbox-dir.js';
 import { readTemplateRecord, type TemplateRecord } from '../template/record.js';
 import { mergeResourceAliases, type ResourcesOpts } from '../template/resources.js';
@@ -207,8 +208,10 @@ export class Sandbox extends EventEmitter<SandboxEvents> implements AsyncDisposa
   #pausing: Promise<PauseResult> | null = null;
   /** The last pause was the idle timer's (lifecycle.autoResume resumes only those). */
   #idlePaused = false;
-  /** A checkpoint being written: a pause, another checkpoint or a restore waits for it. */
-  #checkpointing: Promise<unknown> | null = null;
+  /** The operations that capture or change meta.json (pause, checkpoint, fork's capture,
+   *  removeCheckpoint, restore's discard), one after the other: each reads the sandbox as the
+   *  one before left it. kill waits for the one under way. */
+  #op: Promise<unknown> = Promise.resolve();
   /** An auto resume under way: concurrent calls share it. */
   #autoResuming: Promise<void> | null = null;
   /** Set while the idle timeout acts, so the events it causes say so. */
@@ -311,7 +314,10 @@ export class Sandbox extends EventEmitter<SandboxEvents> implements AsyncDisposa
     // The network backend ending on its own (crashed, killed) leaves the guest without a network
     // until the next connect: nobody is waiting on it, so it is an 'error' event (NET_BACKEND).
     network?.onFailure((err) => {
-      if (this.#run?.guest.network !== network || this.#life.state !== 'running') return;
+      // Only for this run, and not when the machine itself ended (its exit event says that).
+      if (this.#run?.guest.network !== network || machine.state !== 'running') return;
+      const st = this.#life.state;
+      if (st !== 'running' && st !== 'resuming' && st !== 'starting') return;
       this.#reportError(new TorporError('NET_BACKEND', `sandbox ${this.sandboxId}: ${err.message}; pause and connect start a new one`, { cause: err }));
     });
     // A guest that stops by itself (panic, reset, poweroff) takes the agent with it: end the
@@ -427,9 +433,11 @@ export class Sandbox extends EventEmitter<SandboxEvents> implements AsyncDisposa
     } catch (err) {
       return Promise.reject(err);
     }
+    // A pause asked for while one is under way is that pause.
+    if (this.#pausing) return this.#pausing;
     const cause = this.#cause;
     this.#idlePaused = cause === 'timeout';
-    const p = this.#pauseNow(opts.signal);
+    const p = this.#serially(() => this.#pauseNow(opts.signal));
     p.then((r) => this.emit('paused', { sandboxId: this.sandboxId, generation: r.generation, cause }), () => undefined);
     this.#pausing = p;
     const clear = () => {
@@ -439,9 +447,16 @@ export class Sandbox extends EventEmitter<SandboxEvents> implements AsyncDisposa
     return p;
   }
 
+  /** Runs `fn` after the operations before it (#op). */
+  #serially<T>(fn: () => Promise<T>): Promise<T> {
+    const run = this.#op.then(fn, fn);
+    this.#op = run.catch(() => undefined);
+    return run;
+  }
+
   async #pauseNow(signal: AbortSignal | undefined): Promise<PauseResult> {
-    // A checkpoint being written records itself in meta.json: the pause builds on what it wrote.
-    await this.#checkpointing?.catch(() => undefined);
+    // Queued behind a checkpoint or a fork: the sandbox as that left it (or killed meanwhile).
+    this.#life.require('pause()', 'running');
     const run = this.#run!;
     this.#life.to('pausing');
     run.guest.machine.captureOnTeardown(null);
@@ -595,7 +610,7 @@ export class Sandbox extends EventEmitter<SandboxEvents> implements AsyncDisposa
       const resuming = resume(dir, await dir.readMeta(), lock, opts);
       const { meta, run } = await abortable(resuming, opts.signal, `connect ${id}`, async () => {
         const resumed = await resuming.catch(() => null);
-        if (resumed) await new Sandbox(dir, resumed.meta, resumed.run).pause();
+        if (resumed) await Sandbox.#pauseAfterAbort(dir, resumed);
       });
       const sbx = new Sandbox(dir, meta, run);
       if (opts.onDispose) sbx.#onDispose = opts.onDispose;
@@ -631,16 +646,22 @@ export class Sandbox extends EventEmitter<SandboxEvents> implements AsyncDisposa
     if (!(await dir.exists())) throw new SandboxNotFoundError(`sandbox ${this.sandboxId} was removed (${dir.path})`);
     const taken = await takeOwnerLock(dir.lockPath);
     if (!taken.ok) throw SANDBOX_BUSY(this.sandboxId, taken.ownerPid);
+    return this.#resumeWith(taken.lock, opts);
+  }
+
+  /** resume() once the owner lock is held: the machine restored (or booted) and adopted. */
+  async #resumeWith(lock: OwnerLock, opts: ConnectOpts): Promise<this> {
+    const dir = this.#dir;
     this.#life.to('resuming');
     try {
       throwIfAborted(opts.signal, `resume ${this.sandboxId}`);
       // An abort while it resumes waits for the machine and pauses it again (through a Sandbox
       // object of its own, which then gives the id back to this one): it stays paused.
-      const resuming = resume(dir, await dir.readMeta(), taken.lock, opts);
+      const resuming = resume(dir, await dir.readMeta(), lock, opts);
       const { meta, run } = await abortable(resuming, opts.signal, `resume ${this.sandboxId}`, async () => {
         const resumed = await resuming.catch(() => null);
         if (!resumed) return;
-        await new Sandbox(dir, resumed.meta, resumed.run).pause();
+        await Sandbox.#pauseAfterAbort(dir, resumed);
         addLive(this);
         this.#meta = await dir.readMeta();
       });
@@ -655,9 +676,21 @@ export class Sandbox extends EventEmitter<SandboxEvents> implements AsyncDisposa
       this.emit('resumed', { sandboxId: this.sandboxId, from: meta.resumedFrom ?? 'memory' });
       return this;
     } catch (err) {
-      await taken.lock.release().catch(() => undefined);
+      await lock.release().catch(() => undefined);
       if (this.#life.state === 'resuming') this.#life.to('paused');
       throw err;
+    }
+  }
+
+  /** An aborted connect's machine, running again: paused again; should that fail, stopped
+   *  without a capture (the last generation stays what a connect restores), never left running
+   *  once the caller lets the lock go. */
+  static async #pauseAfterAbort(dir: SandboxDir, resumed: { meta: SandboxMeta; run: Running }): Promise<void> {
+    const sbx = new Sandbox(dir, resumed.meta, resumed.run);
+    try {
+      await sbx.pause();
+    } catch {
+      if (sbx.#run) await sbx.#discard(sbx.#run);
     }
   }
 
@@ -677,19 +710,14 @@ export class Sandbox extends EventEmitter<SandboxEvents> implements AsyncDisposa
     checkString('label', label, { nonEmpty: true });
     if (label !== undefined && Buffer.byteLength(label) > 256) fail('label', 'at most 256 bytes', label);
     this.#life.require('checkpoint()', 'running');
-    await this.#checkpointing?.catch(() => undefined);
-    this.#life.require('checkpoint()', 'running');
-    const run = this.#run!;
-    const writing = writeCheckpoint(this.#dir, this.#meta, run, label);
-    this.#checkpointing = writing;
-    try {
-      const { meta, diskLayers, checkpoint } = await writing;
+    return this.#serially(async () => {
+      this.#life.require('checkpoint()', 'running');
+      const run = this.#run!;
+      const { meta, diskLayers, checkpoint } = await writeCheckpoint(this.#dir, this.#meta, run, label);
       this.#meta = meta;
       if (this.#run === run) this.#run = { ...run, diskLayers };
       return checkpoint;
-    } finally {
-      if (this.#checkpointing === writing) this.#checkpointing = null;
-    }
+    });
   }
 
   /**
@@ -712,11 +740,13 @@ export class Sandbox extends EventEmitter<SandboxEvents> implements AsyncDisposa
    */
   async removeCheckpoint(checkpoint: number | string | Pick<Checkpoint, 'id'>): Promise<void> {
     this.#life.require('removeCheckpoint()', 'running');
-    await this.#checkpointing?.catch(() => undefined);
-    const c = findCheckpoint(this.#meta, checkpoint);
-    const meta = { ...this.#meta, checkpoints: (this.#meta.checkpoints ?? []).filter((k) => k !== c) };
-    await this.#dir.writeMeta(meta);
-    this.#meta = meta;
+    return this.#serially(async () => {
+      this.#life.require('removeCheckpoint()', 'running');
+      const c = findCheckpoint(this.#meta, checkpoint);
+      const meta = { ...this.#meta, checkpoints: (this.#meta.checkpoints ?? []).filter((k) => k !== c) };
+      await this.#dir.writeMeta(meta);
+      this.#meta = meta;
+    });
   }
 
   /**
@@ -733,23 +763,31 @@ export class Sandbox extends EventEmitter<SandboxEvents> implements AsyncDisposa
    */
   async restore(checkpoint: number | string | Pick<Checkpoint, 'id'>, opts: ConnectOpts = {}): Promise<this> {
     checkConnectOpts(opts);
-    findCheckpoint(this.#run ? this.#meta : await this.#dir.readMeta(), checkpoint);
+    // The checkpoint is found and its generation validated before anything is discarded.
+    const c = findCheckpoint(this.#run ? this.#meta : await this.#dir.readMeta(), checkpoint);
+    readGenerationFiles(this.#dir.snapshots, c.generation);
     if (this.#pausing) await this.#pausing.catch(() => undefined);
-    await this.#checkpointing?.catch(() => undefined);
-    const run = this.#run;
-    if (run && this.#life.state === 'running') {
-      // Discarded, not captured: what ran since the checkpoint is what restore undoes.
+    const held = await this.#serially(async () => {
+      const run = this.#run;
+      if (!run || this.#life.state !== 'running') return null;
+      // Discarded, not captured: what ran since the checkpoint is what restore undoes. The lock
+      // stays held across the restore: no other process takes the sandbox in between.
       this.#life.to('pausing');
-      run.guest.machine.captureOnTeardown(null);
-      this.#idle?.stop();
-      await run.guest.stop().catch(() => undefined);
-      this.#run = null;
-      unregisterRunning(this);
-      await this.#dir.writeMeta({ ...this.#meta, state: 'paused', ownerPid: null });
-      await run.lock.release();
+      await this.#discard(run);
       this.#life.to('paused');
-    }
-    return this.resume({ ...opts, checkpoint });
+      return run.lock;
+    });
+    if (!held) return this.resume({ ...opts, checkpoint: c.generation });
+    return this.#resumeWith(held, { ...opts, checkpoint: c.generation });
+  }
+
+  /** Stops a machine without capturing it (restore's discard, an abort's last resort). */
+  async #discard(run: Running): Promise<void> {
+    run.guest.machine.captureOnTeardown(null);
+    this.#idle?.stop();
+    await run.guest.stop().catch(() => undefined);
+    if (this.#run === run) this.#run = null;
+    unregisterRunning(this);
   }
 
   /**
@@ -768,21 +806,16 @@ export class Sandbox extends EventEmitter<SandboxEvents> implements AsyncDisposa
   async fork(count = 1): Promise<Sandbox[]> {
     checkInt('count', count, 1, MAX_FORK);
     this.#life.require('fork()', 'running');
-    await this.#checkpointing?.catch(() => undefined);
-    this.#life.require('fork()', 'running');
-    const run = this.#run!;
-    const capturing = captureLive(this.#dir, this.#meta, run);
-    this.#checkpointing = capturing;
-    let generation: number;
-    try {
-      const r = await capturing;
+    // The capture and the links into the fork base, before anything (a pause's prune, a restore,
+    // a kill) may remove the generation's files.
+    const base = await this.#serially(async () => {
+      this.#life.require('fork()', 'running');
+      const run = this.#run!;
+      const r = await captureLive(this.#dir, this.#meta, run);
       this.#meta = r.meta;
       if (this.#run === run) this.#run = { ...run, diskLayers: r.diskLayers };
-      generation = r.snap.generation;
-    } finally {
-      if (this.#checkpointing === capturing) this.#checkpointing = null;
-    }
-    const base = await makeForkBase(this.#dir, generation, '');
+      return makeForkBase(this.#dir, r.snap.generation, '');
+    });
     // All or none: a child that does not start takes the others (and the base) with it.
     const results = await Promise.allSettled(Array.from({ length: count }, () => startChild(base, this.#meta, FORK_AGENT_TIMEOUT_MS)));
     const started = results.flatMap((r) => (r.status === 'fulfilled' ? [new Sandbox(r.value.dir, r.value.meta, r.value.run)] : []));
@@ -974,8 +1007,9 @@ export class Sandbox extends EventEmitter<SandboxEvents> implements AsyncDisposa
   }
 
   async #kill(cause: SandboxEventCause): Promise<void> {
-    // A pause in progress finishes first (its capture is never cut off half-way).
+    // A pause, checkpoint or fork capture in progress finishes first (never cut off half-way).
     if (this.#pausing) await this.#pausing.catch(() => undefined);
+    await this.#op;
     const st = this.#life.state;
     if (st === 'killed') return;
     if (st === 'paused' || (st === 'failed' && !this.#run)) {

@@ -143,10 +143,14 @@ export class WatchHandle implements AsyncDisposable {
     this.finish(err instanceof Error ? err : new TorporError('REQUEST_FAILED', `onEvent of watchDir ${this.path} threw ${String(err)}`));
   }
 
+  /** Called once when the watch ends, whichever way (watchStarted's signal listener goes). @internal */
+  onEnd: (() => void) | undefined;
+
   private finish(err?: Error): void {
     if (this.ended) return;
     this.ended = true;
     if (this.timer) clearTimeout(this.timer);
+    this.onEnd?.();
     const exit = this.opts.onExit;
     if (!exit) return;
     try {
@@ -163,7 +167,9 @@ export async function watchStarted(handle: WatchHandle, ms: number | undefined, 
   const stop = () => void handle.stop();
   await abortable(withinMs(handle.started, ms, `watchDir ${path}`, stop), signal, `watchDir ${path}`, stop);
   // After the start, the signal ends the watch, as it does fs.watch's.
-  // (Stopping an ended watch does nothing, so the listener may outlive it.)
-  if (signal && !signal.aborted) signal.addEventListener('abort', stop, { once: true });
+  if (signal && !signal.aborted) {
+    signal.addEventListener('abort', stop, { once: true });
+    handle.onEnd = () => signal.removeEventListener('abort', stop);
+  }
   return handle;
 }
