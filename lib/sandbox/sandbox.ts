@@ -212,6 +212,7 @@ export class Sandbox extends EventEmitter<SandboxEvents> implements AsyncDisposa
    *  removeCheckpoint, restore's discard), one after the other: each reads the sandbox as the
    *  one before left it. kill waits for the one under way. */
   #op: Promise<unknown> = Promise.resolve();
+  #opsPending = 0;
   /** An auto resume under way: concurrent calls share it. */
   #autoResuming: Promise<void> | null = null;
   /** Set while the idle timeout acts, so the events it causes say so. */
@@ -447,9 +448,15 @@ export class Sandbox extends EventEmitter<SandboxEvents> implements AsyncDisposa
     return p;
   }
 
-  /** Runs `fn` after the operations before it (#op). */
+  /** Runs `fn` after the operations before it (#op); at once when none is under way, so that
+   *  what it does before its first await (pause's move to 'pausing') happens in the call. */
   #serially<T>(fn: () => Promise<T>): Promise<T> {
-    const run = this.#op.then(fn, fn);
+    const run = this.#opsPending === 0 ? fn() : this.#op.then(fn, fn);
+    this.#opsPending++;
+    const done = () => {
+      this.#opsPending--;
+    };
+    run.then(done, done);
     this.#op = run.catch(() => undefined);
     return run;
   }
