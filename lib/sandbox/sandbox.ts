@@ -818,6 +818,8 @@ export class Sandbox extends EventEmitter<SandboxEvents> implements AsyncDisposa
     const base = await this.#serially(async () => {
       this.#life.require('fork()', 'running');
       const run = this.#run!;
+      // The children's VM shells are built while the parent is captured, as machine.fork does.
+      run.guest.machine.prepareRestores(count);
       const r = await captureLive(this.#dir, this.#meta, run);
       this.#meta = r.meta;
       if (this.#run === run) this.#run = { ...run, diskLayers: r.diskLayers };

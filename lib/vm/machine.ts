@@ -396,9 +396,19 @@ export class Machine extends EventEmitter<MachineEvents> {
     requireInt('count', count, 1, 256);
     const where = dir ?? this.#snapshotDir ?? mkdtempSync(join(tmpdir(), 'torpor-fork-'));
     // VM shells for the children are built while the generation is captured (Machine.restorePool).
-    this.#native.prepareRestores(count);
+    this.prepareRestores(count);
     await this.snapshot(where);
     return Promise.all(Array.from({ length: count }, () => Machine.restore(where)));
+  }
+
+  /**
+   * Builds `count` VM shells of this machine's size ahead, on the pool's thread, for restores
+   * about to come (what fork() does while it captures; Sandbox.fork too): each restore then
+   * takes one instead of building its VM inline.
+   */
+  prepareRestores(count: number): void {
+    requireInt('count', count, 1, 256);
+    this.#native.prepareRestores(count);
   }
 
   /**
