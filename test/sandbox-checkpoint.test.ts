@@ -67,6 +67,7 @@ kvmTest('checkpoint while running, restore goes back (memory and disk), later ch
     const listed = await sbx.checkpoints();
     assert.equal(listed.map((c) => [c.id, c.label]), [[1, 'first'], [2, undefined]]);
     assert.ok(listed.every((c) => c.bytes > 0 && c.createdAt instanceof Date));
+    assert.equal((await Sandbox.getInfo(id)).checkpoints?.map((c) => [c.id, c.label]), [[1, 'first'], [2, undefined]], 'getInfo names them too');
     await sleep(300); // the counter runs well past the first checkpoint
     const beforeRestore = counter(sbx);
 

@@ -100,6 +100,7 @@ async function info(argv: string[]): Promise<number> {
   if (i.resumedAt) rows.push(['resumed', `${i.resumedAt.toISOString()} from ${i.resumedFrom ?? '?'}${i.resumeReason ? ` (${i.resumeReason})` : ''}`]);
   if (i.lostInterval) rows.push(['lost', `${i.lostInterval.from.toISOString()} to ${i.lostInterval.to.toISOString()}`]);
   rows.push(['generation', String(i.generation)], ['on disk', formatBytes(i.bytesOnDisk)]);
+  if (i.checkpoints) rows.push(['checkpoints', i.checkpoints.map((c) => (c.label ? `${c.id} (${c.label})` : String(c.id))).join(', ')]);
   if (i.timeoutMs !== undefined) rows.push(['idle timeout', `${i.timeoutMs} ms, then ${i.onTimeout ?? 'kill'}`]);
   for (const [k, v] of Object.entries(i.metadata)) rows.push([`metadata.${k}`, v]);
   process.stdout.write(rows.map(([k, v]) => `${`${k}:`.padEnd(14)}${v}`).join('\n') + '\n');

@@ -16,6 +16,15 @@ export interface SandboxInfo {
   createdFrom?: CreatedFrom;
   /** The sandbox it was forked from (createdFrom 'fork'). */
   forkedFrom?: string;
+  /** Its checkpoints, oldest first (sbx.checkpoints() adds the bytes each holds). */
+  checkpoints?: Array<{
+    /** What restore() takes. */
+    id: number;
+    /** Its label, if it was given one. */
+    label?: string;
+    /** When it was written. */
+    createdAt: Date;
+  }>;
   /** Why it was booted rather than restored from the template (createdFrom 'boot' only). */
   bootReason?: string;
   /** The labels given to create. */
@@ -90,6 +99,9 @@ export function infoOf(meta: SandboxMeta, state: SandboxState, ownerPid: number 
   };
   if (meta.createdFrom) info.createdFrom = meta.createdFrom;
   if (meta.forkedFrom) info.forkedFrom = meta.forkedFrom;
+  if (meta.checkpoints?.length) {
+    info.checkpoints = meta.checkpoints.map((c) => ({ id: c.generation, createdAt: new Date(c.createdAt), ...(c.label !== undefined ? { label: c.label } : {}) }));
+  }
   if (meta.bootReason) info.bootReason = meta.bootReason;
   if (meta.pausedAt) info.pausedAt = new Date(meta.pausedAt);
   if (meta.resumedAt) info.resumedAt = new Date(meta.resumedAt);
