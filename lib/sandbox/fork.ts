@@ -106,8 +106,6 @@ export async function startChild(base: TemplateBuild, parent: SandboxMeta, agent
     const running: SandboxMeta = {
       ...meta,
       state: 'running',
-      createdFrom: 'fork',
-      templateBuild: base.dir,
       diskLayers: started.diskLayers,
       ...(guest.network ? { hostPorts: guest.network.hostPortsRecord() } : {}),
     };
