@@ -49,6 +49,31 @@ test('GROW_FS on the host: answers the sizes, never resizes', async () => {
   await c.close();
 });
 
+test('RESUMED with an identity on the host: checked, then the host left alone', async () => {
+  const c = await agent.client();
+  assert.ok(c.supports('identity'));
+  const hostname = (await readFile('/proc/sys/kernel/hostname', 'utf8')).trim();
+  const good = () => new FieldWriter().str('hostname', 'sbx-0123456789abcdef').str('machine_id', '0123456789abcdef0123456789abcdef');
+  const ok = await c.call(FrameType.RESUMED, good().bytes('mac', Buffer.from('02aabbccddee', 'hex')));
+  assert.is(ok.str('message'), 'host mode: clock, RNG and identity left alone');
+  assert.is((await readFile('/proc/sys/kernel/hostname', 'utf8')).trim(), hostname);
+  // Refused before anything is applied: a name that is no DNS label, a malformed id, a multicast MAC.
+  for (const bad of [
+    new FieldWriter().str('hostname', 'sbx_0123'),
+    new FieldWriter().str('hostname', ''),
+    new FieldWriter().str('machine_id', '00000000000000000000000000000000'),
+    new FieldWriter().str('machine_id', '0123456789ABCDEF0123456789abcdef'),
+    good().bytes('mac', Buffer.from('01aabbccddee', 'hex')),
+  ]) {
+    const r = await c.call(FrameType.RESUMED, bad).catch((e: unknown) => e);
+    assert.ok(code('INVALID_ARGUMENT')(r), String(r));
+  }
+  // Wrong sizes never reach the handler: the frame reader refuses them (the stream ends with an error).
+  const short = await c.call(FrameType.RESUMED, new FieldWriter().str('machine_id', 'abc')).catch((e: unknown) => e);
+  assert.ok(short instanceof TorporError, String(short));
+  await c.close();
+});
+
 test('HELLO, PING, ECHO', async () => {
   const c = await agent.client();
   assert.is(c.hello.version, PROTOCOL_VERSION);

@@ -11,6 +11,7 @@ import { networkInterfaces } from 'node:os';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
+import { sandboxIdentity } from '../lib/sandbox/identity.js';
 import { Sandbox, linuxGuestSupport } from '../lib/sandbox/sandbox.js';
 import { needsCommands, testUnless } from './skip-unless.js';
 
@@ -40,6 +41,18 @@ function hostAddress(): string {
 }
 
 const curl = (url: string) => ['curl', '-sS', '--max-time', '20', url];
+
+/** What the guest says its identity is: kernel hostname, /etc/hostname, what its own name
+ *  resolves to, /etc/machine-id, eth0's MAC. */
+async function identityIn(sbx: Sandbox): Promise<string[]> {
+  const r = await sbx.commands.run('uname -n; cat /etc/hostname; getent hosts "$(uname -n)" | cut -d" " -f1; cat /etc/machine-id /sys/class/net/eth0/address');
+  return r.stdout.trim().split('\n');
+}
+
+function expectedIdentity(sbx: Sandbox): string[] {
+  const id = sandboxIdentity(sbx.sandboxId);
+  return [id.hostname, id.hostname, '127.0.1.1', id.machineId, id.mac];
+}
 
 maybe('the agent configured eth0 and resolv.conf; curl reaches a host server through egress', async () => {
   const body = `egress-${process.pid}-${Date.now()}`;
@@ -89,6 +102,41 @@ maybe('egress: false stops the guest reaching anything; the loopback mapping sti
     assert.is(loop.stdout, body);
   } finally {
     await open.close();
+  }
+});
+
+maybe('each sandbox has its own hostname, machine-id and MAC, kept across pause and connect; its network works with them', async () => {
+  const body = `identity-${process.pid}-${Date.now()}`;
+  const srv = await serve('0.0.0.0', body);
+  let a: Sandbox | undefined;
+  try {
+    // From the template (restored with the template's identity, renamed on RESUMED) and booted.
+    a = await Sandbox.create({ boot, network: { ports: [8080] } });
+    await using b = await Sandbox.create({ boot, template: false });
+    assert.match(a.sandboxId.replace('_', '-'), /^sbx-[0-9a-f]{16}$/);
+    assert.equal(await identityIn(a), expectedIdentity(a));
+    assert.equal(await identityIn(b), expectedIdentity(b));
+    // The renamed interface carries traffic both ways: egress, and a forwarded port into the guest.
+    assert.is((await a.commands.run(curl(`http://${hostAddress()}:${srv.port}/`))).stdout, body);
+    await a.commands.run('mkdir -p /tmp/www && echo served > /tmp/www/index.html && cd /tmp/www && python3 -m http.server 8080', { background: true });
+    const fetchGuest = async (sbx: Sandbox): Promise<string> => {
+      for (let i = 0; ; i++) {
+        const text = await fetch(`http://${sbx.getHost(8080)}/`, { signal: AbortSignal.timeout(10_000) }).then((res) => res.text(), () => '');
+        if (text || i === 120) return text;
+        await new Promise((r) => setTimeout(r, 500));
+      }
+    };
+    assert.is(await fetchGuest(a), 'served\n');
+
+    const id = a.sandboxId;
+    await a.pause();
+    a = await Sandbox.connect(id);
+    assert.equal(await identityIn(a), expectedIdentity(a), 'the same identity after connect');
+    assert.is(await fetchGuest(a), 'served\n', 'the forwarded port after connect, before the guest sends anything');
+    assert.is((await a.commands.run(curl(`http://${hostAddress()}:${srv.port}/`))).stdout, body);
+  } finally {
+    await a?.kill().catch(() => undefined);
+    await srv.close();
   }
 });
 

@@ -5,6 +5,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
+import { sandboxIdentity } from '../lib/sandbox/identity.js';
 import { Sandbox, linuxGuestSupport } from '../lib/sandbox/sandbox.js';
 import { allOrNone } from './all-or-none.js';
 import { testUnless } from './skip-unless.js';
@@ -83,6 +84,14 @@ maybe('fork(2): the children draw different random numbers, their files diverge,
       ['parent', 'child 0', 'child 1'],
     );
     assert.is((await kids[0]!.getInfo()).forkedFrom, parent.sandboxId);
+    // Each its own hostname, machine-id and MAC (the parent keeps its own).
+    const identities = await Promise.all(
+      [parent, ...kids].map(async (s) => (await s.commands.run('uname -n; cat /etc/machine-id /sys/class/net/eth0/address')).stdout.trim().split('\n')),
+    );
+    identities.forEach((got, i) => {
+      const want = sandboxIdentity([parent, ...kids][i]!.sandboxId);
+      assert.equal(got, [want.hostname, want.machineId, want.mac]);
+    });
   } finally {
     await Promise.allSettled(kids.map((k) => k.kill()));
   }

@@ -116,6 +116,9 @@ export const Tag = {
   watch_id: 52,
   dropped: 53,
   fs_size: 54,
+  hostname: 55,
+  machine_id: 56,
+  mac: 57,
 } as const;
 export type TagName = keyof typeof Tag;
 
@@ -184,6 +187,9 @@ export const FIELD_SPEC: Record<number, { kind: FieldKind; max?: number }> = {
   [Tag.watch_id]: { kind: 'u32' },
   [Tag.dropped]: { kind: 'u64' },
   [Tag.fs_size]: { kind: 'u64' },
+  [Tag.hostname]: { kind: 'str', max: 63 },
+  [Tag.machine_id]: { kind: 'str', max: 32 },
+  [Tag.mac]: { kind: 'bytes', max: 6 },
 };
 
 /** Feature bits of HELLO. */
@@ -200,9 +206,11 @@ export const Feature = {
   watch: 1n << 7n,
   /** GROW_FS: the root filesystem grown online to fill a disk grown on restore. */
   grow_fs: 1n << 8n,
+  /** RESUMED's hostname, machine_id and mac: the sandbox's own identity in the guest. */
+  identity: 1n << 9n,
 } as const;
 export const CLIENT_FEATURES =
-  Feature.exec | Feature.pty | Feature.files | Feature.attach | Feature.resumed | Feature.request_ids | Feature.users | Feature.watch | Feature.grow_fs;
+  Feature.exec | Feature.pty | Feature.files | Feature.attach | Feature.resumed | Feature.request_ids | Feature.users | Feature.watch | Feature.grow_fs | Feature.identity;
 
 /** Frame types that carry flow-controlled `data`. */
 export function isDataFrame(type: number): boolean {

@@ -14,6 +14,7 @@ import type { TemplateRecord } from '../template/record.js';
 import { DEFAULT_CPU, DEFAULT_MEMORY_MB, type ResourcesOpts } from '../template/resources.js';
 import { GuestRun } from './guest-run.js';
 import { growRootFs } from './guest-requests.js';
+import { sandboxIdentity } from './identity.js';
 import { SANDBOX_BUSY } from './live.js';
 import { GUEST_CMDLINE, guestMachineOptions } from './readiness.js';
 import type { Running } from './resume.js';
@@ -151,6 +152,6 @@ async function coldBoot(
     ...(growBytes !== undefined ? { sizeBytes: growBytes } : {}),
   };
   const options = guestMachineOptions(meta, disk, { consoleLog: dir.consoleLog, ...(net ? { net } : {}) });
-  const guest = await GuestRun.boot(options, { network: netOpts, agentTimeoutMs: bootMs });
+  const guest = await GuestRun.boot(options, { network: netOpts, agentTimeoutMs: bootMs, identity: sandboxIdentity(dir.id) });
   return { guest, diskLayers: [...(meta.templateLayers ?? [])] };
 }

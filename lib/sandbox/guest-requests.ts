@@ -1,13 +1,15 @@
 // The agent requests of a pause and a resume (docs/protocol.md): SYNC before the capture, so a
 // boot from that generation's disk holds every file written before the pause; RESUMED right
-// after the rendezvous, before any other request, so the guest's clock and RNG are fresh
-// before a user command runs. GROW_FS after a restore into a larger disk.
+// after the rendezvous, before any other request, so the guest's clock, RNG and identity
+// (hostname, machine-id, MAC: identity.ts) are right before a user command runs. GROW_FS after
+// a restore into a larger disk.
 import { randomBytes } from 'node:crypto';
 
 import type { AgentClient } from '../agent/client.js';
 import { TimeoutError } from '../errors.js';
 import { FieldWriter } from '../agent/fields.js';
 import { FrameType } from '../agent/protocol.js';
+import type { GuestIdentity } from './identity.js';
 
 /** Bytes of fresh entropy a RESUMED carries (the kernel's CRNG is reseeded from them). */
 export const RESUMED_ENTROPY_BYTES = 64;
@@ -16,15 +18,25 @@ export async function syncGuest(client: AgentClient, timeoutMs: number): Promise
   await client.call(FrameType.SYNC, new FieldWriter(), { timeoutMs });
 }
 
-/** Sends RESUMED (host wall clock in ns, fresh entropy) when the agent offers it; returns the time sent. */
-export async function sendResumed(client: AgentClient, timeoutMs: number): Promise<bigint | null> {
+/**
+ * Sends RESUMED (host wall clock in ns, fresh entropy, and `identity` where the agent takes it:
+ * its MAC only where `identity.mac` is given, a guest with a network) when the agent offers it;
+ * returns the time sent.
+ */
+export async function sendResumed(
+  client: AgentClient,
+  timeoutMs: number,
+  identity?: Omit<GuestIdentity, 'mac'> & { mac?: string | undefined },
+): Promise<bigint | null> {
   if (!client.supports('resumed')) return null;
   const timeNs = BigInt(Math.round((performance.timeOrigin + performance.now()) * 1e6));
-  await client.call(
-    FrameType.RESUMED,
-    new FieldWriter().i64('time_ns', timeNs).bytes('entropy', randomBytes(RESUMED_ENTROPY_BYTES)),
-    { timeoutMs },
-  );
+  const fields = new FieldWriter().i64('time_ns', timeNs).bytes('entropy', randomBytes(RESUMED_ENTROPY_BYTES));
+  // An agent from before identity (a template built then) would skip the fields unread.
+  if (identity && client.supports('identity')) {
+    fields.str('hostname', identity.hostname).str('machine_id', identity.machineId);
+    if (identity.mac) fields.bytes('mac', Buffer.from(identity.mac.replace(/:/g, ''), 'hex'));
+  }
+  await client.call(FrameType.RESUMED, fields, { timeoutMs });
   return timeNs;
 }
 

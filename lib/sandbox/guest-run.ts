@@ -7,6 +7,9 @@
 //   restore: the backend starts while the generation is restored, paused -> attached ->
 //            resume -> HELLO -> RESUMED (host clock, fresh entropy) -> ports bound
 //
+// A sandbox's guest (not a template's) gets RESUMED on either start with its identity
+// (identity.ts: hostname, machine-id, MAC).
+//
 // What a start sets up goes on one UndoStack; a start that fails undoes it in reverse order
 // (the client, the machine, the backend) and throws, a run that started holds it until stop().
 // Who starts a guest: Sandbox.create (create.ts: a cold boot, a template restored into the
@@ -18,6 +21,7 @@ import type { ResolvedNetwork } from '../net/options.js';
 import { SandboxNetwork } from '../net/sandbox-network.js';
 import { Machine, type MachineOptions, type RestoreOptions, type SnapshotResult } from '../vm/machine.js';
 import { sendResumed } from './guest-requests.js';
+import type { GuestIdentity } from './identity.js';
 import { awaitBootedAgent, awaitRestoredAgent } from './readiness.js';
 import { UndoStack } from './undo-stack.js';
 
@@ -33,6 +37,8 @@ export interface GuestStart {
   agentTimeoutMs: number;
   /** A boot that continues a sandbox's disk: its agent gets RESUMED too (a restore always sends it). */
   resumed?: boolean;
+  /** A sandbox's guest: its identity, sent with RESUMED on either start (a boot too). */
+  identity?: GuestIdentity;
 }
 
 export class GuestRun {
@@ -103,7 +109,9 @@ export class GuestRun {
       await run();
       const client = await awaitAgent(machine, start.agentTimeoutMs);
       undo.defer(() => client.close());
-      if (resumed) await sendResumed(client, RESUMED_TIMEOUT_MS);
+      // A boot sends RESUMED only to an agent that takes the identity (its clock and RNG are fresh).
+      const identity = start.identity && { ...start.identity, mac: start.network ? start.identity.mac : undefined };
+      if (resumed || (identity && client.supports('identity'))) await sendResumed(client, RESUMED_TIMEOUT_MS, identity);
       // The forwarded ports were being bound while the guest came up; getHost is good from here.
       await network?.ready();
       return new GuestRun(machine, client, network, undo.move());

@@ -13,6 +13,7 @@ import type { OwnerLock } from '../store/owner-lock.js';
 import type { ResumedFrom, SandboxDir, SandboxMeta } from '../store/sandbox-dir.js';
 import { completeRewind, findCheckpoint, rewindTo } from './checkpoints.js';
 import { GuestRun, reasonOf, type GuestStart } from './guest-run.js';
+import { sandboxIdentity } from './identity.js';
 import { guestMachineOptions } from './readiness.js';
 import { UndoStack } from './undo-stack.js';
 
@@ -92,7 +93,11 @@ export async function resume(dir: SandboxDir, before: SandboxMeta, lock: OwnerLo
   undo.defer(() => dir.writeMeta(before));
   try {
     // A fresh backend for this run (a sandbox with a network), its forwarded ports bound again.
-    const start: Omit<GuestStart, 'agentTimeoutMs'> = { network: before.network ?? false, ...(before.hostPorts ? { hostPorts: before.hostPorts } : {}) };
+    const start: Omit<GuestStart, 'agentTimeoutMs'> = {
+      network: before.network ?? false,
+      ...(before.hostPorts ? { hostPorts: before.hostPorts } : {}),
+      identity: sandboxIdentity(before.id),
+    };
     let guest: GuestRun | undefined;
     // The disk a dead owner's machine was writing since the generation (its top layer), for a boot
     // that keeps every file it synced.

@@ -11,6 +11,7 @@ import type { ResolvedNetwork } from '../net/options.js';
 import type { SandboxDir, SandboxMeta } from '../store/sandbox-dir.js';
 import type { TemplateRecord } from '../template/record.js';
 import { GuestRun, reasonOf } from './guest-run.js';
+import { sandboxIdentity } from './identity.js';
 import { ensureTemplate, isBrokenTemplate, type TemplateBuild, type TemplateInputs } from './template.js';
 
 /** A guest up and its agent answering: what create turns into a Sandbox. */
@@ -37,7 +38,7 @@ export async function restoreInto(
 ): Promise<Started> {
   try {
     const options = { into: dir.snapshots, state: 'paused' as const, ...(growBytes !== undefined ? { diskBytes: [growBytes] } : {}) };
-    const guest = await GuestRun.restore(template.dir, options, { network, agentTimeoutMs });
+    const guest = await GuestRun.restore(template.dir, options, { network, agentTimeoutMs, identity: sandboxIdentity(dir.id) });
     return { guest, diskLayers: [...template.diskLayers], template };
   } catch (err) {
     // The restored machine's disk top: nothing else was written into the sandbox's snapshots yet.

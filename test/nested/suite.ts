@@ -60,7 +60,7 @@ export const LINUX_FILES: Record<string, number> = {
   'sandbox-linux-pause': 5,
   'sandbox-linux-template': 1,
   'api-e2b-linux': 3,
-  'net-linux': 3,
+  'net-linux': 4,
   'net-linux-bulk': 1,
   'net-linux-pause': 1,
   'template-linux': 4,

@@ -88,6 +88,15 @@ static struct tag_rule rule_of(uint16_t tag) {
     case TP_T_OWNER: case TP_T_GROUP: case TP_T_EVENT:
       r.max = TP_MAX_STR;
       break;
+    case TP_T_HOSTNAME:
+      r.max = 63;
+      break;
+    case TP_T_MACHINE_ID:
+      r.exact = 32;
+      break;
+    case TP_T_MAC:
+      r.exact = 6;
+      break;
     case TP_T_ARG: case TP_T_SHELL: case TP_T_ENV:
       r.max = TP_MAX_ARG;
       break;

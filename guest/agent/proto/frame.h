@@ -45,6 +45,7 @@
 #define TP_FEATURE_USERS (1ull << 6)
 #define TP_FEATURE_WATCH (1ull << 7)
 #define TP_FEATURE_GROW_FS (1ull << 8)
+#define TP_FEATURE_IDENTITY (1ull << 9)
 
 enum tp_frame_type {
   TP_HELLO = 1,
@@ -136,7 +137,10 @@ enum tp_tag {
   TP_T_SEQ = 51,
   TP_T_WATCH_ID = 52,
   TP_T_DROPPED = 53,
-  TP_T_FS_SIZE = 54
+  TP_T_FS_SIZE = 54,
+  TP_T_HOSTNAME = 55,
+  TP_T_MACHINE_ID = 56,
+  TP_T_MAC = 57
 };
 
 /* Results of the decoders. Negative values are protocol errors: the connection closes. */

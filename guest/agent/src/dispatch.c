@@ -59,7 +59,8 @@ static void send_hello(struct conn *c) {
   tp_put_u32(&w, TP_T_VERSION, TP_PROTOCOL_VERSION);
   tp_put_u64(&w, TP_T_FEATURES,
              TP_FEATURE_EXEC | TP_FEATURE_PTY | TP_FEATURE_FILES | TP_FEATURE_ATTACH | TP_FEATURE_RESUMED |
-                 TP_FEATURE_REQUEST_IDS | TP_FEATURE_USERS | TP_FEATURE_WATCH | TP_FEATURE_GROW_FS);
+                 TP_FEATURE_REQUEST_IDS | TP_FEATURE_USERS | TP_FEATURE_WATCH | TP_FEATURE_GROW_FS |
+                 TP_FEATURE_IDENTITY);
   tp_put_str(&w, TP_T_NAME, name);
   tp_put_i64(&w, TP_T_TIME_NS, wall_ns());
   frame_end(c, &w);

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <net/if.h>
+#include <net/if_arp.h>
 #include <net/route.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -147,4 +148,31 @@ void netcfg_apply_from_cmdline(void) {
   if (ioctl(s, SIOCADDRT, &rt) != 0 && errno != EEXIST) log_error("net: default route: %s", strerror(errno));
   close(s);
   if (c.has_dns) write_resolv_conf(c.dns);
+}
+
+int netcfg_set_mac(const unsigned char mac[6]) {
+  char name[IFNAMSIZ];
+  if (first_ether(name, sizeof(name)) != 0) return ENODEV;
+  int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (s < 0) return errno;
+  struct ifreq ifr;
+  memset(&ifr, 0, sizeof(ifr));
+  snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", name);
+  int err = 0;
+  if (ioctl(s, SIOCGIFHWADDR, &ifr) != 0)
+    err = errno;
+  else if (memcmp(ifr.ifr_hwaddr.sa_data, mac, 6) != 0) {
+    /* With arp_notify the kernel announces the new address (a gratuitous ARP) as it changes:
+     * the backend learns it from that frame, not from whatever the guest sends first. */
+    char knob[96];
+    snprintf(knob, sizeof knob, "/proc/sys/net/ipv4/conf/%s/arp_notify", name);
+    int k = open(knob, O_WRONLY | O_CLOEXEC);
+    if (k < 0 || write(k, "1", 1) != 1) log_error("net: %s: %s", knob, strerror(errno));
+    if (k >= 0) close(k);
+    ifr.ifr_hwaddr.sa_family = ARPHRD_ETHER;
+    memcpy(ifr.ifr_hwaddr.sa_data, mac, 6);
+    if (ioctl(s, SIOCSIFHWADDR, &ifr) != 0) err = errno;
+  }
+  close(s);
+  return err;
 }
