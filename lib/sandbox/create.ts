@@ -35,7 +35,7 @@ export interface CreateSources {
 }
 
 /** Starts a new sandbox (its options checked): its directory, its owner lock and its running guest. */
-export async function startSandbox(opts: SandboxOpts, from: CreateSources): Promise<{ dir: SandboxDir; meta: SandboxMeta; run: Running }> {
+export async function startSandbox(opts: SandboxOpts, from: CreateSources): Promise<NewSandbox> {
   const { template, user, sizes, artifacts } = from;
   const useTemplate = opts.template !== false;
   const templateDiskMb = user?.resources.diskMb ?? Math.floor((await stat(artifacts.rootfs)).size / MIB);
@@ -77,31 +77,61 @@ export async function startSandbox(opts: SandboxOpts, from: CreateSources): Prom
     net: netOpts !== false,
   };
 
+  let bootReason = 'template: false';
+  return startInNewDir(
+    dir,
+    meta,
+    async () => {
+      if (useTemplate) {
+        const r = user
+          ? await startFromUserTemplate(user, meta, dir, netOpts, bootMs, growBytes)
+          : await startFromTemplate(inputs, dir, netOpts, { bootMs, agentMs: bootMs }, growBytes);
+        if ('started' in r) return r.started;
+        bootReason = r.reason;
+      }
+      return coldBoot(dir, meta, netOpts, netMachine?.net, bootMs, growBytes);
+    },
+    async (started) => {
+      // The disk is larger than the filesystem on it: grow it before anyone writes (returns once
+      // `df /` shows the size). Restored or booted alike.
+      if (growBytes !== undefined) await growRootFs(started.guest.client, growBytes);
+      return started.template
+        ? { createdFrom: 'template' as const, templateBuild: started.template.dir, diskLayers: started.diskLayers }
+        : { createdFrom: 'boot' as const, bootReason };
+    },
+  );
+}
+
+/** A sandbox just started: its directory, meta.json as written, and its run. */
+export interface NewSandbox {
+  dir: SandboxDir;
+  meta: SandboxMeta;
+  run: Running;
+}
+
+/**
+ * Takes a new sandbox from nothing to running (create and each child of a fork): its directory
+ * opened (openSandboxDir), its guest started by `start`, then `finish` (work on the running
+ * guest; the meta.json fields it returns), and the running meta.json written. A failure
+ * anywhere stops the guest and removes the directory.
+ */
+export async function startInNewDir(
+  dir: SandboxDir,
+  meta: SandboxMeta,
+  start: () => Promise<Started>,
+  finish: (started: Started) => Promise<Partial<SandboxMeta>>,
+): Promise<NewSandbox> {
   const undo = new UndoStack();
   try {
     const lock = await openSandboxDir(dir, meta, undo);
-    let started: Started | undefined;
-    let bootReason = 'template: false';
-    if (useTemplate) {
-      const r = user
-        ? await startFromUserTemplate(user, meta, dir, netOpts, bootMs, growBytes)
-        : await startFromTemplate(inputs, dir, netOpts, { bootMs, agentMs: bootMs }, growBytes);
-      if ('started' in r) started = r.started;
-      else bootReason = r.reason;
-    }
-    started ??= await coldBoot(dir, meta, netOpts, netMachine?.net, bootMs, growBytes);
+    const started = await start();
     const { guest } = started;
     undo.defer(() => guest.stop());
-    // The disk is larger than the filesystem on it: grow it before anyone writes (returns once
-    // `df /` shows the size). Restored or booted alike.
-    if (growBytes !== undefined) await growRootFs(guest.client, growBytes);
     const running: SandboxMeta = {
       ...meta,
       state: 'running',
       ...(guest.network ? { hostPorts: guest.network.hostPortsRecord() } : {}),
-      ...(started.template
-        ? { createdFrom: 'template' as const, templateBuild: started.template.dir, diskLayers: started.diskLayers }
-        : { createdFrom: 'boot' as const, bootReason }),
+      ...(await finish(started)),
     };
     await dir.writeMeta(running);
     undo.move();
@@ -116,7 +146,7 @@ export async function startSandbox(opts: SandboxOpts, from: CreateSources): Prom
  * A new sandbox's directory, its owner lock taken and its meta.json written. `undo` removes the
  * directory and then lets the lock go (deferred first, so undone last).
  */
-export async function openSandboxDir(dir: SandboxDir, meta: SandboxMeta, undo: UndoStack): Promise<OwnerLock> {
+async function openSandboxDir(dir: SandboxDir, meta: SandboxMeta, undo: UndoStack): Promise<OwnerLock> {
   await dir.create();
   let lock: OwnerLock | undefined;
   undo.defer(async () => {

@@ -16,15 +16,12 @@ import { randomBytes } from 'node:crypto';
 import { copyFile, link, mkdir, readdir, rm, stat } from 'node:fs/promises';
 import { dirname, isAbsolute, join } from 'node:path';
 
-import type { ResolvedNetwork } from '../net/options.js';
 import { homeLayout } from '../store/home.js';
 import { SandboxDir, newSandboxId, sandboxIds, type SandboxMeta } from '../store/sandbox-dir.js';
 import { readGenerationFiles, writeCurrent } from '../store/snapshot-files.js';
-import { openSandboxDir } from './create.js';
-import type { Running } from './resume.js';
+import { startInNewDir, type NewSandbox } from './create.js';
 import { restoreInto } from './template-start.js';
 import type { TemplateBuild } from './template.js';
-import { UndoStack } from './undo-stack.js';
 
 /** Where fork bases live: under templates/, so that sandboxes may name their layers (meta.json
  *  accepts a template's layers by absolute path), in a directory no template name can take. */
@@ -93,29 +90,15 @@ function childMeta(parent: SandboxMeta, dir: SandboxDir, base: string): SandboxM
 }
 
 /** One child of a fork: its directory, lock and meta.json, its machine restored from `base`. */
-export async function startChild(base: TemplateBuild, parent: SandboxMeta, agentMs: number): Promise<{ dir: SandboxDir; meta: SandboxMeta; run: Running }> {
+export function startChild(base: TemplateBuild, parent: SandboxMeta, agentMs: number): Promise<NewSandbox> {
   const dir = new SandboxDir(newSandboxId());
   const meta = childMeta(parent, dir, base.dir);
-  const undo = new UndoStack();
-  try {
-    const lock = await openSandboxDir(dir, meta, undo);
-    const network: ResolvedNetwork | false = meta.network ?? false;
-    const started = await restoreInto(base, dir, network, agentMs);
-    const { guest } = started;
-    undo.defer(() => guest.stop());
-    const running: SandboxMeta = {
-      ...meta,
-      state: 'running',
-      diskLayers: started.diskLayers,
-      ...(guest.network ? { hostPorts: guest.network.hostPortsRecord() } : {}),
-    };
-    await dir.writeMeta(running);
-    undo.move();
-    return { dir, meta: running, run: { guest, lock, diskLayers: started.diskLayers } };
-  } catch (err) {
-    await undo.disposeAsync().catch(() => undefined);
-    throw err;
-  }
+  return startInNewDir(
+    dir,
+    meta,
+    () => restoreInto(base, dir, meta.network ?? false, agentMs),
+    async (started) => ({ diskLayers: started.diskLayers }),
+  );
 }
 
 /** Removes a fork base no sandbox uses any more (nor names a layer of). Best effort: a base kept
