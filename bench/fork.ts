@@ -9,23 +9,18 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
 import { Sandbox } from '../lib/sandbox/sandbox.js';
-import { baseIsCached } from '../lib/setup/rootfs.js';
-import { homeLayout } from '../lib/store/home.js';
-import { bootTestvm, testvmImage } from '../test/vmm-guests.js';
+import { bootTestvm } from '../test/vmm-guests.js';
 import { type BenchRow, formatTable, summarize } from './report.js';
+import { testGuestSandbox } from './test-guest-sandbox.js';
 
 const CHILDREN = 10;
 
 export async function runForkBench(opts: { iterations?: number } = {}): Promise<{ rows: BenchRow[]; json: unknown }> {
   const n = opts.iterations ?? 5;
-  const kernel = testvmImage();
+  const guest = await testGuestSandbox('fork', 'sbx.fork (test guest)');
+  if ('skipped' in guest) return guest.skipped;
+  const { boot } = guest;
   const rows: BenchRow[] = [];
-  if (!kernel || !(await baseIsCached(homeLayout().artifacts, false))) {
-    rows.push({ name: 'sbx.fork (test guest)', n: 0, unit: 'ms', note: 'skipped: needs guest/testvm built and the root filesystem stored (torpor setup)' });
-    return { rows, json: { bench: 'fork', date: new Date().toISOString(), rows } };
-  }
-  // Idle guests (no counter): eleven spinning vCPUs on a small host would time the scheduler.
-  const boot = { kernel, cmdlineExtra: 'testvm.agent_ready=1', timeoutMs: 15_000 };
   const machineFork: number[] = [];
   const sandboxFork: number[] = [];
   const sandboxForkNet: number[] = [];

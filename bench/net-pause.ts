@@ -3,21 +3,16 @@
 // interleaved, one with network: false, one with the default network (passt, no forwarded
 // port), one forwarding a port (connect waits until passt has bound it). Pause includes
 // stopping passt; connect includes starting a fresh one and attaching it before the guest runs.
-import { baseIsCached } from '../lib/setup/rootfs.js';
 import { Sandbox, type SandboxOpts } from '../lib/sandbox/sandbox.js';
-import { homeLayout } from '../lib/store/home.js';
-import { testvmImage } from '../test/vmm-guests.js';
 import { type BenchRow, formatTable, summarize } from './report.js';
+import { testGuestSandbox } from './test-guest-sandbox.js';
 
 export async function runNetPauseBench(opts: { iterations?: number } = {}): Promise<{ rows: BenchRow[]; json: unknown }> {
   const n = opts.iterations ?? 20;
-  const kernel = testvmImage();
+  const guest = await testGuestSandbox('net-pause', 'pause / connect with a network (test guest)');
+  if ('skipped' in guest) return guest.skipped;
+  const { boot } = guest;
   const rows: BenchRow[] = [];
-  if (!kernel || !(await baseIsCached(homeLayout().artifacts, false))) {
-    rows.push({ name: 'pause / connect with a network (test guest)', n: 0, unit: 'ms', note: 'skipped: needs guest/testvm built and the root filesystem stored (torpor setup)' });
-    return { rows, json: { bench: 'net-pause', date: new Date().toISOString(), rows } };
-  }
-  const boot = { kernel, cmdlineExtra: 'testvm.agent_ready=1', timeoutMs: 15_000 };
   const kinds: Array<{ name: string; network: SandboxOpts['network'] }> = [
     { name: 'network: false', network: false },
     { name: 'network (passt, no forwarded port)', network: {} },

@@ -8,12 +8,11 @@ import { spawnSync } from 'node:child_process';
 import { FieldWriter } from '../lib/agent/fields.js';
 import { FrameType } from '../lib/agent/protocol.js';
 import type { AgentClient } from '../lib/agent/client.js';
-import { baseIsCached } from '../lib/setup/rootfs.js';
 import { Sandbox } from '../lib/sandbox/sandbox.js';
-import { homeLayout } from '../lib/store/home.js';
 import type { Machine } from '../lib/vm/machine.js';
-import { testvmCommand, testvmImage } from '../test/vmm-guests.js';
+import { testvmCommand } from '../test/vmm-guests.js';
 import { type BenchRow, formatTable, summarize } from './report.js';
+import { testGuestSandbox } from './test-guest-sandbox.js';
 
 const internals = (sbx: Sandbox) => sbx as unknown as { client: AgentClient; machine: Machine };
 const echo = (sbx: Sandbox) => internals(sbx).client.call(FrameType.ECHO, new FieldWriter().bytes('data', Buffer.from('x')));
@@ -21,13 +20,10 @@ const echo = (sbx: Sandbox) => internals(sbx).client.call(FrameType.ECHO, new Fi
 export async function runPauseBench(opts: { iterations?: number; memoryMiB?: number } = {}): Promise<{ rows: BenchRow[]; json: unknown }> {
   const n = opts.iterations ?? 10;
   const memoryMiB = opts.memoryMiB ?? 512;
-  const kernel = testvmImage();
+  const guest = await testGuestSandbox('pause', 'Sandbox.pause / connect (test guest)');
+  if ('skipped' in guest) return guest.skipped;
+  const { boot } = guest;
   const rows: BenchRow[] = [];
-  if (!kernel || !(await baseIsCached(homeLayout().artifacts, false))) {
-    rows.push({ name: 'Sandbox.pause / connect (test guest)', n: 0, unit: 'ms', note: 'skipped: needs guest/testvm built and the root filesystem stored (torpor setup)' });
-    return { rows, json: { bench: 'pause', date: new Date().toISOString(), rows } };
-  }
-  const boot = { kernel, cmdlineExtra: 'testvm.agent_ready=1', timeoutMs: 15_000 };
   let sbx = await Sandbox.create({ vcpus: 1, memoryMiB, boot });
   const id = sbx.sandboxId;
   const pauseMs: number[] = [];

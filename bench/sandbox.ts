@@ -3,21 +3,16 @@
 // port 1024), with guest/testvm standing in for the Linux guest so it runs on every KVM host.
 // Booted (template: false); creates from a warm template are bench/template.ts's. The Linux
 // figure (docs/architecture.md#performance-targets: create from template -> first output <= 10 ms) needs a Linux guest.
-import { baseIsCached } from '../lib/setup/rootfs.js';
 import { Sandbox } from '../lib/sandbox/sandbox.js';
-import { homeLayout } from '../lib/store/home.js';
-import { testvmImage } from '../test/vmm-guests.js';
 import { type BenchRow, formatTable, summarize } from './report.js';
+import { testGuestSandbox } from './test-guest-sandbox.js';
 
 export async function runSandboxBench(opts: { iterations?: number } = {}): Promise<{ rows: BenchRow[]; json: unknown }> {
   const n = opts.iterations ?? 10;
-  const kernel = testvmImage();
+  const guest = await testGuestSandbox('sandbox', 'Sandbox.create (test guest)');
+  if ('skipped' in guest) return guest.skipped;
+  const { boot } = guest;
   const rows: BenchRow[] = [];
-  if (!kernel || !(await baseIsCached(homeLayout().artifacts, false))) {
-    rows.push({ name: 'Sandbox.create (test guest)', n: 0, unit: 'ms', note: 'skipped: needs guest/testvm built and the root filesystem stored (torpor setup)' });
-    return { rows, json: { bench: 'sandbox', date: new Date().toISOString(), rows } };
-  }
-  const boot = { kernel, cmdlineExtra: 'testvm.agent_ready=1', timeoutMs: 15_000 };
   const create: number[] = [];
   const kill: number[] = [];
   const createNoNet: number[] = [];
