@@ -3,8 +3,9 @@
 // its start overlaps Machine.build (or Machine.restore); attach() hands the machine its end
 // before it runs; ready() waits for the forwarded ports while the guest already runs (frames
 // wait in the socket meanwhile); stop() ends passt with the machine. Across pause and connect (lib/sandbox/resume.ts): stop() after
-// the capture, prepare() + attach() again on connect with the same MAC (the snapshot keeps the
-// device), addresses and, where still free, the same host ports.
+// the capture, prepare() + attach() again on connect with the same MAC (the sandbox's, which
+// RESUMED gives the guest's interface: lib/sandbox/identity.ts), addresses and, where still
+// free, the same host ports.
 import { TorporError } from '../errors.js';
 import { Machine } from '../vm/machine.js';
 import { GUEST_NET, type ResolvedNetwork, macFor, netCmdline } from './options.js';

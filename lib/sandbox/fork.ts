@@ -90,7 +90,7 @@ function childMeta(parent: SandboxMeta, dir: SandboxDir, base: string): SandboxM
 }
 
 /** One child of a fork: its directory, lock and meta.json, its machine restored from `base`. */
-export function startChild(base: TemplateBuild, parent: SandboxMeta, agentMs: number): Promise<NewSandbox> {
+export async function startChild(base: TemplateBuild, parent: SandboxMeta, agentMs: number): Promise<NewSandbox> {
   const dir = new SandboxDir(newSandboxId());
   const meta = childMeta(parent, dir, base.dir);
   return startInNewDir(

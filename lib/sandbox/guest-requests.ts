@@ -6,7 +6,7 @@
 import { randomBytes } from 'node:crypto';
 
 import type { AgentClient } from '../agent/client.js';
-import { TimeoutError } from '../errors.js';
+import { InvalidArgumentError, TimeoutError } from '../errors.js';
 import { FieldWriter } from '../agent/fields.js';
 import { FrameType } from '../agent/protocol.js';
 import type { GuestIdentity } from './identity.js';
@@ -33,6 +33,10 @@ export async function sendResumed(
   const fields = new FieldWriter().i64('time_ns', timeNs).bytes('entropy', randomBytes(RESUMED_ENTROPY_BYTES));
   // An agent from before identity (a template built then) would skip the fields unread.
   if (identity && client.supports('identity')) {
+    // The agent refuses what does not fit (docs/protocol.md); a malformed one is our bug, said here.
+    if (!/^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/.test(identity.hostname) || !/^[0-9a-f]{32}$/.test(identity.machineId) || (identity.mac !== undefined && !/^[0-9a-f]{2}(?::[0-9a-f]{2}){5}$/.test(identity.mac))) {
+      throw new InvalidArgumentError(`not a guest identity: ${JSON.stringify(identity)}`);
+    }
     fields.str('hostname', identity.hostname).str('machine_id', identity.machineId);
     if (identity.mac) fields.bytes('mac', Buffer.from(identity.mac.replace(/:/g, ''), 'hex'));
   }

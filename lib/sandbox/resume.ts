@@ -1,9 +1,10 @@
 // Sandbox.connect's work (docs/sandbox-lifecycle.md): from memory when the current generation
 // can be restored and its agent answers, else from that generation's disk; RESUMED (host clock,
-// fresh entropy) before anything else; what happened recorded in meta.json. A sandbox with a
-// network gets a fresh backend (passt) for the new run, attached before the guest runs again:
-// same MAC (the snapshot keeps the device; a disk boot derives it from the id again), same
-// addresses, its forwarded ports bound again (the same host ports where still free).
+// fresh entropy, the sandbox's identity: identity.ts) before anything else; what happened
+// recorded in meta.json. A sandbox with a network gets a fresh backend (passt) for the new run,
+// attached before the guest runs again: same MAC (RESUMED names it; a disk boot builds the
+// device with it), same addresses, its forwarded ports bound again (the same host ports where
+// still free).
 import { existsSync } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
 import { dirname, join, relative } from 'node:path';

@@ -8,7 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define IDENTITY_FILE_MAX (256 * 1024) /* /etc/hosts larger than this is not ours to rewrite */
+#define IDENTITY_FILE_MAX (256 * 1024) /* an /etc/hosts this large is not ours to rewrite */
 
 int identity_valid_hostname(const char *h) {
   size_t n = strlen(h);
@@ -31,6 +31,11 @@ int identity_valid_machine_id(const char *id) {
   return nonzero;
 }
 
+int identity_valid_mac(const uint8_t mac[6]) {
+  static const uint8_t zero[6];
+  return !(mac[0] & 1) && memcmp(mac, zero, 6) != 0;
+}
+
 /* Whether the line [p, p+n) maps 127.0.1.1 (its first field). */
 static int is_loopback_name_line(const char *p, size_t n) {
   static const char addr[] = "127.0.1.1";
@@ -39,15 +44,17 @@ static int is_loopback_name_line(const char *p, size_t n) {
   return n > alen && memcmp(p, addr, alen) == 0 && (p[alen] == ' ' || p[alen] == '\t');
 }
 
-char *identity_hosts_text(const char *old, size_t len, const char *hostname) {
+char *identity_hosts_text(const char *old, size_t len, const char *hostname, size_t *out_len) {
   char line[96];
   int ln = snprintf(line, sizeof line, "127.0.1.1\t%s\n", hostname);
   if (ln < 0 || (size_t)ln >= sizeof line) return NULL;
   if (!old) {
     static const char head[] = "127.0.0.1\tlocalhost\n";
     static const char tail[] = "::1\tlocalhost ip6-localhost ip6-loopback\n";
-    char *out = malloc(sizeof head + (size_t)ln + sizeof tail);
-    if (out) snprintf(out, sizeof head + (size_t)ln + sizeof tail, "%s%s%s", head, line, tail);
+    size_t n = sizeof head - 1 + (size_t)ln + sizeof tail - 1;
+    char *out = malloc(n + 1);
+    if (out) snprintf(out, n + 1, "%s%s%s", head, line, tail);
+    *out_len = n;
     return out;
   }
   /* At most: the old text, a newline it lacked at its end, and our line. */
@@ -74,16 +81,31 @@ char *identity_hosts_text(const char *old, size_t len, const char *hostname) {
     o += (size_t)ln;
   }
   out[o] = 0;
+  *out_len = o;
   return out;
 }
 
-/* The file's whole text (NUL-terminated, *len bytes), or NULL with errno (ENOENT: missing). */
-static char *read_small(const char *path, size_t *len) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return NULL;
-  char *buf = malloc(IDENTITY_FILE_MAX + 1);
+/* The whole of a regular file (NUL after its *len bytes). NULL with errno: ENOENT missing,
+ * EINVAL not a regular file (a symlink, a FIFO, a device: never opened for reading, so the
+ * agent cannot block on it), EFBIG IDENTITY_FILE_MAX or more, else the read's. */
+static char *read_regular(const char *path, size_t *len) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) {
+    if (errno == ELOOP) errno = EINVAL;
+    return NULL;
+  }
+  struct stat st;
+  int err = 0;
+  char *buf = NULL;
   size_t n = 0;
-  int err = buf ? 0 : ENOMEM;
+  if (fstat(fd, &st) != 0)
+    err = errno;
+  else if (!S_ISREG(st.st_mode))
+    err = EINVAL;
+  else if (st.st_size >= IDENTITY_FILE_MAX)
+    err = EFBIG;
+  else if (!(buf = malloc(IDENTITY_FILE_MAX + 1)))
+    err = ENOMEM;
   while (!err && n < IDENTITY_FILE_MAX) {
     ssize_t r = read(fd, buf + n, IDENTITY_FILE_MAX - n);
     if (r < 0 && errno == EINTR) continue;
@@ -91,7 +113,7 @@ static char *read_small(const char *path, size_t *len) {
     if (r <= 0) break;
     n += (size_t)r;
   }
-  if (!err && n == IDENTITY_FILE_MAX) err = EFBIG;
+  if (!err && n == IDENTITY_FILE_MAX) err = EFBIG; /* grew while read */
   close(fd);
   if (err) {
     free(buf);
@@ -103,17 +125,19 @@ static char *read_small(const char *path, size_t *len) {
   return buf;
 }
 
-/* Replaces path with text by rename, unless it holds text already. */
-static int replace_file(const char *path, const char *text, mode_t mode) {
+/* Replaces path with text (len bytes) by rename, unless it holds exactly that already; a path
+ * that is there but not a regular file is left alone (EINVAL). 0 or an errno. */
+static int replace_file(const char *path, const char *text, size_t len, mode_t mode) {
   size_t have_len = 0;
-  char *have = read_small(path, &have_len);
-  size_t len = strlen(text);
+  char *have = read_regular(path, &have_len);
+  if (!have && errno != ENOENT) return errno;
   int same = have && have_len == len && memcmp(have, text, len) == 0;
   free(have);
   if (same) return 0;
   char tmp[4200];
   if (snprintf(tmp, sizeof tmp, "%s.torpor-new", path) >= (int)sizeof tmp) return ENAMETOOLONG;
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+  unlink(tmp); /* one a crash left */
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
   if (fd < 0) return errno;
   int err = 0;
   for (size_t off = 0; off < len && !err;) {
@@ -129,29 +153,39 @@ static int replace_file(const char *path, const char *text, mode_t mode) {
   return err;
 }
 
-int identity_write_files(const char *root, const char *hostname, const char *machine_id, const char **failed) {
+/* Counts a file left as it was; the first one's reason goes into note. */
+static void left_alone(int *count, char *note, size_t size, const char *file, int err) {
+  if ((*count)++ == 0) snprintf(note, size, "%s left as it was: %s", file, strerror(err));
+}
+
+int identity_write_files(const char *root, const char *hostname, const char *machine_id, char *note, size_t size) {
   char path[4096];
   char text[128];
-  int err;
+  int n = 0, err;
+  if (size) note[0] = 0;
   if (hostname) {
     snprintf(path, sizeof path, "%s/etc/hostname", root);
-    snprintf(text, sizeof text, "%s\n", hostname);
-    if ((err = replace_file(path, text, 0644)) != 0) return *failed = "/etc/hostname", err;
+    int tl = snprintf(text, sizeof text, "%s\n", hostname);
+    if ((err = replace_file(path, text, (size_t)tl, 0644)) != 0) left_alone(&n, note, size, "/etc/hostname", err);
     snprintf(path, sizeof path, "%s/etc/hosts", root);
-    size_t len = 0;
-    char *old = read_small(path, &len);
-    if (!old && errno != ENOENT) return *failed = "/etc/hosts", errno;
-    char *hosts = identity_hosts_text(old, len, hostname);
+    size_t len = 0, hosts_len = 0;
+    char *old = read_regular(path, &len);
+    if (!old && errno != ENOENT) {
+      left_alone(&n, note, size, "/etc/hosts", errno);
+    } else {
+      char *hosts = identity_hosts_text(old, len, hostname, &hosts_len);
+      if (!hosts)
+        left_alone(&n, note, size, "/etc/hosts", ENOMEM);
+      else if ((err = replace_file(path, hosts, hosts_len, 0644)) != 0)
+        left_alone(&n, note, size, "/etc/hosts", err);
+      free(hosts);
+    }
     free(old);
-    if (!hosts) return *failed = "/etc/hosts", ENOMEM;
-    err = replace_file(path, hosts, 0644);
-    free(hosts);
-    if (err) return *failed = "/etc/hosts", err;
   }
   if (machine_id) {
     snprintf(path, sizeof path, "%s/etc/machine-id", root);
-    snprintf(text, sizeof text, "%s\n", machine_id);
-    if ((err = replace_file(path, text, 0444)) != 0) return *failed = "/etc/machine-id", err;
+    int tl = snprintf(text, sizeof text, "%s\n", machine_id);
+    if ((err = replace_file(path, text, (size_t)tl, 0444)) != 0) left_alone(&n, note, size, "/etc/machine-id", err);
   }
-  return 0;
+  return n;
 }

@@ -72,7 +72,10 @@ static const char *parse_resumed(const struct frame *f, struct resumed_request *
       q->entropy = fl.value;
       q->entropy_len = fl.len;
     }
-    /* The frame reader bounded these (63, exactly 32, exactly 6 bytes). */
+    /* The frame reader bounded these (63, exactly 32, exactly 6 bytes); checked again here. */
+    if ((fl.tag == TP_T_HOSTNAME && fl.len >= sizeof q->hostname) || (fl.tag == TP_T_MACHINE_ID && fl.len != 32) ||
+        (fl.tag == TP_T_MAC && fl.len != 6))
+      return "identity field of the wrong size";
     if (fl.tag == TP_T_HOSTNAME) {
       memcpy(q->hostname, fl.value, fl.len);
       q->hostname[fl.len] = 0;
@@ -86,21 +89,27 @@ static const char *parse_resumed(const struct frame *f, struct resumed_request *
     if (fl.tag == TP_T_MAC) {
       memcpy(q->mac, fl.value, 6);
       q->have_mac = 1;
-      if (q->mac[0] & 1) return "mac: a multicast address";
+      if (!identity_valid_mac(q->mac)) return "mac: a multicast or all-zero address";
     }
   }
   if (q->have_time && q->time_ns < 0) return "time_ns before the epoch";
   return NULL;
 }
 
-/* The sandbox's identity: hostname (the kernel's and /etc's), machine-id, MAC. 0 or an errno. */
-static int apply_identity(const struct resumed_request *q, const char **note) {
-  if (q->hostname[0] && sethostname(q->hostname, strlen(q->hostname)) != 0) return *note = "hostname not set", errno;
-  int err = identity_write_files("", q->hostname[0] ? q->hostname : NULL, q->machine_id[0] ? q->machine_id : NULL, note);
-  if (err) return err;
+/* The sandbox's identity: hostname (the kernel's and /etc's), machine-id, MAC. Best effort
+ * (identity.h): what was left as it was goes into note, "" when everything was applied. */
+static void apply_identity(const struct resumed_request *q, char *note, size_t size) {
+  int left = 0;
+  note[0] = 0;
+  if (q->hostname[0] && sethostname(q->hostname, strlen(q->hostname)) != 0)
+    left++, snprintf(note, size, "hostname not set: %s", strerror(errno));
+  char files[256];
+  int nf = identity_write_files("", q->hostname[0] ? q->hostname : NULL, q->machine_id[0] ? q->machine_id : NULL, files, sizeof files);
+  if (nf && !left++) snprintf(note, size, "%s", files);
   /* A sandbox without a network has no interface to name: nothing to do. */
-  if (q->have_mac && (err = netcfg_set_mac(q->mac)) != 0 && err != ENODEV) return *note = "MAC not set", err;
-  return 0;
+  int err = q->have_mac ? netcfg_set_mac(q->mac) : 0;
+  if (err && err != ENODEV && !left++) snprintf(note, size, "MAC not set: %s", strerror(err));
+  if (left) log_error("RESUMED: identity applied in part: %s", note);
 }
 
 /* RESUMED: the host's wall clock, fresh entropy and the sandbox's identity after a restore
@@ -146,10 +155,18 @@ void handle_resumed(struct stream *s, const struct frame *f) {
     }
     if (fd >= 0) close(fd);
   }
-  if (!err) err = apply_identity(&q, &note);
   if (err) {
     answer_errno(s, err, note);
     return;
   }
-  answer_ok(s);
+  char partial[320];
+  apply_identity(&q, partial, sizeof partial);
+  if (!partial[0]) {
+    answer_ok(s);
+    return;
+  }
+  struct tp_writer w;
+  if (answer_begin(s, &w, 64 + sizeof partial, TP_OK) != 0) return;
+  tp_put_str(&w, TP_T_MESSAGE, partial);
+  answer_end(s, &w);
 }

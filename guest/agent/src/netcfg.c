@@ -151,21 +151,31 @@ void netcfg_apply_from_cmdline(void) {
 }
 
 int netcfg_set_mac(const unsigned char mac[6]) {
-  char name[IFNAMSIZ];
-  if (first_ether(name, sizeof(name)) != 0) return ENODEV;
   int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (s < 0) return errno;
+  struct if_nameindex *list = if_nameindex();
+  if (!list) {
+    int err = errno;
+    close(s);
+    return err;
+  }
+  /* The first Ethernet interface: a kernel may add others (sit0, tunl0) that take no MAC. */
   struct ifreq ifr;
-  memset(&ifr, 0, sizeof(ifr));
-  snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", name);
-  int err = 0;
-  if (ioctl(s, SIOCGIFHWADDR, &ifr) != 0)
-    err = errno;
-  else if (memcmp(ifr.ifr_hwaddr.sa_data, mac, 6) != 0) {
+  int err = ENODEV;
+  for (struct if_nameindex *i = list; i->if_index != 0; i++) {
+    memset(&ifr, 0, sizeof(ifr));
+    snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", i->if_name);
+    if (ioctl(s, SIOCGIFHWADDR, &ifr) == 0 && ifr.ifr_hwaddr.sa_family == ARPHRD_ETHER) {
+      err = 0;
+      break;
+    }
+  }
+  if_freenameindex(list);
+  if (!err && memcmp(ifr.ifr_hwaddr.sa_data, mac, 6) != 0) {
     /* With arp_notify the kernel announces the new address (a gratuitous ARP) as it changes:
      * the backend learns it from that frame, not from whatever the guest sends first. */
     char knob[96];
-    snprintf(knob, sizeof knob, "/proc/sys/net/ipv4/conf/%s/arp_notify", name);
+    snprintf(knob, sizeof knob, "/proc/sys/net/ipv4/conf/%s/arp_notify", ifr.ifr_name);
     int k = open(knob, O_WRONLY | O_CLOEXEC);
     if (k < 0 || write(k, "1", 1) != 1) log_error("net: %s: %s", knob, strerror(errno));
     if (k >= 0) close(k);

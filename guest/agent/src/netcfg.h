@@ -21,9 +21,9 @@ int netcfg_parse_cmdline(const char *cmdline, struct net_config *out);
  * route through the gateway; /etc/resolv.conf names the DNS server. Failures are logged,
  * never fatal. No torpor.net= in /proc/cmdline: only lo is brought up. */
 void netcfg_apply_from_cmdline(void);
-/* Gives the first interface other than lo the MAC `mac` (virtio-net changes it live; frames
- * for the old address are dropped from then on). 0 when it has it; ENODEV when there is no
- * such interface; else the errno of the ioctl. */
+/* Gives the first Ethernet interface the MAC `mac` (virtio-net changes it live; frames for
+ * the old address are dropped from then on). 0 when it has it; ENODEV when there is no such
+ * interface; else the errno of the ioctl. */
 int netcfg_set_mac(const unsigned char mac[6]);
 
 #endif
