@@ -43,9 +43,9 @@ function hostAddress(): string {
 const curl = (url: string) => ['curl', '-sS', '--max-time', '20', url];
 
 /** What the guest says its identity is: kernel hostname, /etc/hostname, what its own name
- *  resolves to, /etc/machine-id, eth0's MAC. */
+ *  resolves to (IPv4 only: an IPv6 lookup would fall through to DNS), /etc/machine-id, eth0's MAC. */
 async function identityIn(sbx: Sandbox): Promise<string[]> {
-  const r = await sbx.commands.run('uname -n; cat /etc/hostname; getent hosts "$(uname -n)" | cut -d" " -f1; cat /etc/machine-id /sys/class/net/eth0/address');
+  const r = await sbx.commands.run('uname -n; cat /etc/hostname; getent ahostsv4 "$(uname -n)" | head -n1 | cut -d" " -f1; cat /etc/machine-id /sys/class/net/eth0/address');
   return r.stdout.trim().split('\n');
 }
 
