@@ -6,15 +6,7 @@
 #include <unistd.h>
 
 #include "identity.h"
-
-static int failures;
-#define CHECK(c)                                                     \
-  do {                                                               \
-    if (!(c)) {                                                      \
-      fprintf(stderr, "%s:%d: CHECK(%s)\n", __FILE__, __LINE__, #c); \
-      failures++;                                                    \
-    }                                                                \
-  } while (0)
+#include "check.h"
 
 static char *slurp(const char *root, const char *name) {
   static char buf[4096];

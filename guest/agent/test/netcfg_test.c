@@ -4,15 +4,7 @@
 #include <string.h>
 
 #include "netcfg.h"
-
-static int failures;
-#define CHECK(c)                                              \
-  do {                                                        \
-    if (!(c)) {                                               \
-      fprintf(stderr, "%s:%d: CHECK(%s)\n", __FILE__, __LINE__, #c); \
-      failures++;                                             \
-    }                                                         \
-  } while (0)
+#include "check.h"
 
 static const char *ip(struct in_addr a) {
   static char b[4][INET_ADDRSTRLEN];
