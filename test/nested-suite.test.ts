@@ -10,7 +10,7 @@ import { fileURLToPath } from 'node:url';
 
 import { FileClock } from './nested/file-clock.js';
 import { distinctSkips, emptyState, readState, resumeFrom, writeState } from './nested/suite-state.js';
-import { KVM_FILES, LINUX_FILES, checkTotals, noteProgress, parseUvu, withEarlierFiles } from './nested/suite.js';
+import { KVM_FILES, LINUX_FILES, checkTotals, noteProgress, parseUvu, selectedFiles, withEarlierFiles } from './nested/suite.js';
 
 const ESC = '\x1b';
 function uvuOutput(files: Record<string, [number, number]>, skipped: number): string {
@@ -149,6 +149,18 @@ test('a run of some files (NESTED_SUITE_FILES) is checked against those files on
   const t = parseUvu(uvuOutput({ probe: [2, 2], 'vmm-linux': [1, 1] }, 0))!;
   assert.equal(checkTotals(t, ['probe', 'vmm-linux']), []);
   assert.ok(checkTotals(t).includes('vmm-boot.test.ts did not report'));
+});
+
+test("CI's two L1s (NESTED_SUITE_PART) run every KVM file once between them; a part and a file list together are refused", () => {
+  const main = selectedFiles({ NESTED_SUITE_PART: 'main' });
+  const side = selectedFiles({ NESTED_SUITE_PART: 'side' });
+  assert.equal([...main, ...side].sort(), [...KVM_FILES].sort());
+  assert.ok(side.length > 0 && side.every((f) => !main.includes(f)), side.join(', '));
+  assert.equal(selectedFiles({}), KVM_FILES);
+  assert.equal(selectedFiles({ NESTED_SUITE_FILES: 'probe, vmm-linux' }), ['probe', 'vmm-linux']);
+  assert.throws(() => selectedFiles({ NESTED_SUITE_PART: 'half' }), /NESTED_SUITE_PART=half: one of main, side/);
+  assert.throws(() => selectedFiles({ NESTED_SUITE_PART: 'side', NESTED_SUITE_FILES: 'probe' }), /one or the other/);
+  assert.throws(() => selectedFiles({ NESTED_SUITE_FILES: 'probe,nope' }), /not KVM test files: nope/);
 });
 
 // What marks a test file that needs KVM: the skip reasons and registrars that say "no KVM here"

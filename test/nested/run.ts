@@ -283,9 +283,9 @@ async function main(): Promise<number> {
     env.NESTED_SUITE_STATE = '/run/nested/suite-state.json';
     env.NESTED_WEDGE_LOG = '/run/nested/wedges';
   }
-  // NESTED_FILE_LIMIT_S and NESTED_SUITE_FILES are read inside L1, by the suite (test/nested/suite.ts);
-  // TORPOR_TEST_STOP_VCPUS by the VMM's Machine (a guest hung on purpose, docs/nested.md).
-  for (const name of ['CI', 'TORPOR_ADDON', 'NO_COLOR', 'FORCE_COLOR', 'TERM', 'NESTED_FILE_LIMIT_S', 'NESTED_SUITE_FILES', 'TORPOR_TEST_STOP_VCPUS']) {
+  // NESTED_FILE_LIMIT_S, NESTED_SUITE_FILES and NESTED_SUITE_PART are read inside L1, by the suite
+  // (test/nested/suite.ts); TORPOR_TEST_STOP_VCPUS by the VMM's Machine (a guest hung on purpose, docs/nested.md).
+  for (const name of ['CI', 'TORPOR_ADDON', 'NO_COLOR', 'FORCE_COLOR', 'TERM', 'NESTED_FILE_LIMIT_S', 'NESTED_SUITE_FILES', 'NESTED_SUITE_PART', 'TORPOR_TEST_STOP_VCPUS']) {
     if (process.env[name] !== undefined) env[name] = process.env[name]!;
   }
   writeFileSync(join(run, 'env'), Object.entries(env).map(([k, v]) => `export ${k}=${shellQuote(v)}\n`).join(''));
@@ -357,7 +357,11 @@ function reportIncidents(run: string, command: string, stalls: string[], maxResu
   ];
   if (wedges.length || stalls.length) process.stdout.write(`\n${lines.map((l) => `nested: ${l}`).join('\n')}\n`);
   // Which run this was: the suite's command is the same for a part of it or the hang check.
-  const part = process.env.NESTED_SUITE_FILES ? ` (NESTED_SUITE_FILES=${process.env.NESTED_SUITE_FILES})` : '';
+  const part = process.env.NESTED_SUITE_FILES
+    ? ` (NESTED_SUITE_FILES=${process.env.NESTED_SUITE_FILES})`
+    : process.env.NESTED_SUITE_PART
+      ? ` (NESTED_SUITE_PART=${process.env.NESTED_SUITE_PART})`
+      : '';
   const hook = process.env.TORPOR_TEST_STOP_VCPUS === '1' ? ' (guests hung on purpose: the hang check)' : '';
   if (process.env.NESTED_REPORT) appendFileSync(process.env.NESTED_REPORT, `${command}${part}${hook}\n${lines.map((l) => `  ${l}\n`).join('')}`);
 }
