@@ -88,7 +88,7 @@ export async function runForkBench(opts: { iterations?: number } = {}): Promise<
     ...sf,
     target: `<= 2x machine.fork (${(2 * mf.p50).toFixed(1)} ms)`,
     meetsTarget: ratio <= 2,
-    note: `${ratio.toFixed(2)}x the machine fork: each child also has its directory, lock and meta.json (fsynced), its agent's vsock rendezvous and RESUMED before fork returns`,
+    note: `${ratio.toFixed(2)}x the machine fork: each child also has its directory, lock and two fsynced meta.json writes (bench sandbox-dir times that part), its agent's vsock rendezvous and RESUMED before fork returns`,
   });
   rows.push({ name: `sbx.fork(${CHILDREN}) with a network (a passt per child)`, n, unit: 'ms', ...summarize(sandboxForkNet) });
   rows.push({ name: 'sbx.checkpoint(): the whole call (sync, diff capture, durable; the sandbox runs on)', n, unit: 'ms', ...summarize(checkpoint) });

@@ -109,6 +109,12 @@ export const SPECS: Spec[] = [
     rerun: 'npm run bench -- fork',
   },
   {
+    id: 'sandbox-dir',
+    title: "A new sandbox's directory (no KVM)",
+    what: "What each create and each fork's child pays on disk around its guest's start: the directory, the owner lock, `meta.json` `starting` then `running`, each durable, for one sandbox and for ten at once (a fork of 10's share).",
+    rerun: 'npm run bench -- sandbox-dir',
+  },
+  {
     id: 'snapshot',
     title: 'Machine snapshots (VMM level)',
     what: 'Captures of a running test guest with a given number of pages written (captured: the machine stopped; durable: written and fsynced), restores, `machine.fork(10)`, and QEMU saving and restoring the same guest in the same run.',

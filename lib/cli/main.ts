@@ -32,7 +32,9 @@ refused with SANDBOX_BUSY, naming that process):
   prune [--older-than DURATION] [--templates] [--dry-run] [--json]
       Kill sandboxes paused longer ago than DURATION (default 7d: 90s, 30m, 12h,
       7d, 2w) and remove the automatic templates nothing uses (--templates: your
-      own unused templates too). Running sandboxes are never touched.
+      own unused templates too), fork bases nothing uses, and the directories of
+      creates a crash interrupted (no meta.json, no owner) older than DURATION.
+      Running sandboxes are never touched.
 
 other commands:
   setup [--kernel PATH | --own-kernel] [--base-image REF | --debian-base] [--json] [--verify]

@@ -3,12 +3,14 @@
 // owner lock, so a sandbox another live process runs is refused with SANDBOX_BUSY naming its
 // pid) and pauses the sandbox again before it exits: the CLI never leaves a machine running
 // without an owner, and never kills one it only looked at.
+import { stat } from 'node:fs/promises';
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 
 import { CommandExitError, InvalidArgumentError, TorporError } from '../errors.js';
 import { Sandbox, type SandboxInfo, type SandboxState } from '../sandbox/sandbox.js';
 import { SANDBOX_STATES } from '../sandbox/lifecycle.js';
 import { dropForkBaseIfUnused, forkBases, forkBaseUnused } from '../sandbox/fork.js';
+import { pruneInterruptedCreates } from '../store/interrupted-create.js';
 import { Template } from '../template/template.js';
 import { formatAge, formatBytes, parseDuration, table } from './format.js';
 
@@ -243,8 +245,13 @@ async function kill(argv: string[]): Promise<number> {
 /**
  * `prune [--older-than DURATION] [--templates] [--dry-run] [--json]`: kills paused sandboxes
  * paused longer ago than DURATION (default 7d), and removes the automatic templates no sandbox
- * uses (`--templates`: your own unused templates too). Running sandboxes are never touched.
+ * uses (`--templates`: your own unused templates too), fork bases nothing uses, and what creates
+ * a crash interrupted left (lib/store/interrupted-create.ts) older than DURATION. Running
+ * sandboxes are never touched.
  */
+/** The youngest fork base `torpor prune` removes. */
+const FORK_BASE_MIN_AGE_MS = 60_000;
+
 async function prune(argv: string[]): Promise<number> {
   const { values, positionals } = parse(argv, {
     'older-than': { type: 'string', default: '7d' },
@@ -283,12 +290,18 @@ async function prune(argv: string[]): Promise<number> {
     }
     templates.push(t.name);
   }
-  // Fork bases no sandbox uses any more (a fork whose children were all killed elsewhere).
+  // What creates a crash interrupted left (no meta.json, no owner), as old as the paused ones
+  // taken; before the fork bases, which a directory with no meta.json keeps.
+  const interrupted = await pruneInterruptedCreates(cutoff, { dryRun: dry });
+  // Fork bases no sandbox uses any more (a fork whose children were all killed elsewhere); not
+  // one made in the last minute, which a fork in progress is about to name in its children.
   const forkBasesRemoved: string[] = [];
   for (const base of await forkBases()) {
-    if (dry ? await forkBaseUnused(base) : await dropForkBaseIfUnused(base)) forkBasesRemoved.push(base);
+    const made = await stat(base).then((st) => st.mtimeMs, () => Date.now());
+    if (made > Date.now() - FORK_BASE_MIN_AGE_MS) continue;
+    if (dry ? await forkBaseUnused(base, new Set(interrupted)) : await dropForkBaseIfUnused(base)) forkBasesRemoved.push(base);
   }
-  if (values.json) process.stdout.write(JSON.stringify({ dryRun: dry, sandboxes, templates, forkBases: forkBasesRemoved }, null, 2) + '\n');
+  if (values.json) process.stdout.write(JSON.stringify({ dryRun: dry, sandboxes, templates, forkBases: forkBasesRemoved, interrupted }, null, 2) + '\n');
   else {
     const verb = dry ? 'would remove' : 'removed';
     const freed = sandboxes.reduce((n, s) => n + s.bytesOnDisk, 0);
@@ -296,6 +309,7 @@ async function prune(argv: string[]): Promise<number> {
     for (const s of sandboxes) process.stdout.write(`  ${s.sandboxId}  paused ${s.pausedAt}\n`);
     for (const t of templates) process.stdout.write(`  template ${t}\n`);
     for (const b of forkBasesRemoved) process.stdout.write(`  fork base ${b}\n`);
+    for (const id of interrupted) process.stdout.write(`  ${id}  an interrupted create (no meta.json)\n`);
   }
   return 0;
 }

@@ -146,7 +146,7 @@ export async function startInNewDir(
  * A new sandbox's directory, its owner lock taken and its meta.json written. `undo` removes the
  * directory and then lets the lock go (deferred first, so undone last).
  */
-async function openSandboxDir(dir: SandboxDir, meta: SandboxMeta, undo: UndoStack): Promise<OwnerLock> {
+export async function openSandboxDir(dir: SandboxDir, meta: SandboxMeta, undo: UndoStack): Promise<OwnerLock> {
   await dir.create();
   let lock: OwnerLock | undefined;
   undo.defer(async () => {

@@ -109,11 +109,13 @@ export async function dropForkBaseIfUnused(base: string | undefined): Promise<bo
   return true;
 }
 
-/** Whether `base` is a fork base no sandbox uses (a sandbox whose meta.json cannot be read might). */
-export async function forkBaseUnused(base: string): Promise<boolean> {
+/** Whether `base` is a fork base no sandbox uses (a sandbox whose meta.json cannot be read might),
+ *  leaving out the sandboxes `ignoring` names (a dry run of `torpor prune`: those it would remove). */
+export async function forkBaseUnused(base: string, ignoring: ReadonlySet<string> = new Set()): Promise<boolean> {
   if (!base.startsWith(forksRoot() + '/')) return false;
   const under = (p: string | undefined) => p !== undefined && (p === base || p.startsWith(base + '/'));
   for (const id of await sandboxIds()) {
+    if (ignoring.has(id)) continue;
     const meta = await new SandboxDir(id).readMeta().catch(() => undefined);
     if (!meta) return false;
     if (under(meta.templateBuild) || (meta.diskLayers ?? []).some(under) || (meta.templateLayers ?? []).some(under)) return false;
