@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import { Sandbox } from '../lib/sandbox/sandbox.js';
 import { bootTestvm } from '../test/vmm-guests.js';
 import { type BenchRow, formatTable, summarize } from './report.js';
+import { sampleThreadCpu, threadCpuSince } from './thread-cpu.js';
 import { testGuestSandbox } from './test-guest-sandbox.js';
 
 const CHILDREN = 10;
@@ -29,14 +30,20 @@ export async function runForkBench(opts: { iterations?: number } = {}): Promise<
   const written: number[] = [];
   const restore: number[] = [];
   const connect: number[] = [];
+  const machineGuestCpu: number[] = [];
+  const machineHostCpu: number[] = [];
+  const forkGuestCpu: number[] = [];
+  const forkHostCpu: number[] = [];
   for (let i = 0; i < n + 1; i++) {
     // The reference: the machine level, the same guest and size, a generation first.
     const m = await bootTestvm({ memoryMiB: 64 });
     const dir = mkdtempSync(join(tmpdir(), 'torpor-bench-fork-'));
     await m.snapshot(dir);
+    const cpu0 = sampleThreadCpu();
     const t0 = performance.now();
     const kids = await m.fork(CHILDREN);
     const machineMs = performance.now() - t0;
+    const machineCpu = threadCpuSince(cpu0);
     await Promise.all([m, ...kids].map((k) => k.stop()));
     rmSync(dir, { recursive: true, force: true });
 
@@ -49,9 +56,11 @@ export async function runForkBench(opts: { iterations?: number } = {}): Promise<
         const c0 = performance.now();
         const cp = await sbx.checkpoint();
         const checkpointMs = performance.now() - c0;
+        const fc0 = sampleThreadCpu();
         const f0 = performance.now();
         const children = await sbx.fork(CHILDREN);
         const forkMs = performance.now() - f0;
+        const forkCpu = threadCpuSince(fc0);
         await Promise.all(children.map((c) => c.kill()));
         const r0 = performance.now();
         await sbx.restore(cp);
@@ -71,6 +80,10 @@ export async function runForkBench(opts: { iterations?: number } = {}): Promise<
           restore.push(restoreMs);
           connect.push(connectMs);
           machineFork.push(machineMs);
+          machineGuestCpu.push(machineCpu.guestMs);
+          machineHostCpu.push(machineCpu.hostMs);
+          forkGuestCpu.push(forkCpu.guestMs);
+          forkHostCpu.push(forkCpu.hostMs);
         } else sandboxForkNet.push(forkMs);
       } finally {
         await Sandbox.kill(sbx.sandboxId).catch(() => false);
@@ -88,9 +101,21 @@ export async function runForkBench(opts: { iterations?: number } = {}): Promise<
     ...sf,
     target: `<= 2x machine.fork (${(2 * mf.p50).toFixed(1)} ms)`,
     meetsTarget: ratio <= 2,
-    note: `${ratio.toFixed(2)}x the machine fork: each child also has its directory, lock and two fsynced meta.json writes (bench sandbox-dir times that part), its agent's vsock rendezvous and RESUMED before fork returns`,
+    note: `${ratio.toFixed(2)}x the machine fork: each child also has its directory, lock and fsynced meta.json, its agent's vsock rendezvous, HELLO and RESUMED (answered by the guest) before fork returns; the CPU rows below say how much of it is the guests'`,
   });
   rows.push({ name: `sbx.fork(${CHILDREN}) with a network (a passt per child)`, n, unit: 'ms', ...summarize(sandboxForkNet) });
+  // Where the CPU went (bench/thread-cpu.ts): the guests' vCPU threads apart from the host's.
+  const guestNote = 'the guests\' vCPU threads: on PVM the test guest runs in KVM\'s instruction emulator';
+  rows.push({ name: `machine.fork(${CHILDREN}): CPU of the guests' vCPU threads`, n, unit: 'ms', ...summarize(machineGuestCpu) });
+  rows.push({ name: `machine.fork(${CHILDREN}): CPU of every other thread (JS, thread pool, VMM)`, n, unit: 'ms', ...summarize(machineHostCpu) });
+  rows.push({
+    name: `sbx.fork(${CHILDREN}), network: false: CPU of the guests' vCPU threads`,
+    n,
+    unit: 'ms',
+    ...summarize(forkGuestCpu),
+    note: `${guestNote} (the parent's SYNC; per child the transport reset, the connect, HELLO with RESUMED behind it)`,
+  });
+  rows.push({ name: `sbx.fork(${CHILDREN}), network: false: CPU of every other thread (JS, thread pool, VMM)`, n, unit: 'ms', ...summarize(forkHostCpu) });
   rows.push({ name: 'sbx.checkpoint(): the whole call (sync, diff capture, durable; the sandbox runs on)', n, unit: 'ms', ...summarize(checkpoint) });
   rows.push({ name: 'sbx.checkpoint(): the guest stopped for the capture', n, unit: 'ms', ...summarize(stopped) });
   rows.push({ name: 'sbx.checkpoint(): bytes its generation wrote', n, unit: 'KiB', ...summarize(written) });

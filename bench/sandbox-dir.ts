@@ -1,8 +1,9 @@
 // What every new sandbox pays on disk around its guest's start, without KVM: its directory
-// made, the owner lock taken, meta.json 'starting' (openSandboxDir, create.ts), then meta.json
-// 'running', each written durably, for one sandbox and for ten at once (a fork of 10's share of
-// its time beside machine.fork, bench/fork.ts). Under a TORPOR_HOME beside the real one: the
-// same filesystem.
+// made, the owner lock taken, meta.json written durably: 'starting' (openSandboxDir, create.ts)
+// and 'running' for a create, 'running' only for a fork's child (startInNewDir's starting:
+// false); one create, one child, and ten children at once (a fork of 10's share of its time
+// beside machine.fork, bench/fork.ts). Under a TORPOR_HOME beside the real one: the same
+// filesystem.
 import { mkdir, mkdtemp, rm } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 
@@ -31,37 +32,45 @@ function startingMeta(dir: SandboxDir): SandboxMeta {
   };
 }
 
-/** One new sandbox's directory work as create and fork do it; resolves to its lock's release. */
-async function newSandboxDir(home: string): Promise<() => Promise<void>> {
+/** One new sandbox's directory work as create (`starting`) or a fork's child does it; resolves
+ *  to its lock's release. */
+async function newSandboxDir(home: string, starting: boolean): Promise<() => Promise<void>> {
   const dir = new SandboxDir(newSandboxId(), home);
   const meta = startingMeta(dir);
-  const lock = await openSandboxDir(dir, meta, new UndoStack());
+  const lock = await openSandboxDir(dir, starting ? meta : null, new UndoStack());
   await dir.writeMeta({ ...meta, state: 'running' });
   return () => lock.release();
 }
+
+const VARIANTS = [
+  { key: 'create', count: 1, starting: true },
+  { key: 'child', count: 1, starting: false },
+  { key: 'fork10', count: 10, starting: false },
+] as const;
 
 export async function runSandboxDirBench(opts: { rounds?: number } = {}): Promise<{ rows: BenchRow[]; json: unknown }> {
   const rounds = opts.rounds ?? ROUNDS;
   await mkdir(dirname(torporHome()), { recursive: true });
   const home = await mkdtemp(join(dirname(torporHome()), '.torpor-bench-dir-'));
-  const samples = new Map<number, number[]>();
+  const samples = new Map<string, number[]>();
   try {
     for (let i = 0; i < rounds + 1; i++) {
-      for (const count of [1, 10]) {
+      for (const v of VARIANTS) {
         const t0 = performance.now();
-        const releases = await Promise.all(Array.from({ length: count }, () => newSandboxDir(home)));
+        const releases = await Promise.all(Array.from({ length: v.count }, () => newSandboxDir(home, v.starting)));
         const ms = performance.now() - t0;
         await Promise.all(releases.map((r) => r()));
-        if (i > 0) samples.set(count, [...(samples.get(count) ?? []), ms]); // the first round warms the caches
+        if (i > 0) samples.set(v.key, [...(samples.get(v.key) ?? []), ms]); // the first round warms the caches
       }
     }
   } finally {
     await rm(home, { recursive: true, force: true });
   }
-  const row = (name: string, count: number, note: string): BenchRow => ({ name, n: rounds, unit: 'ms', ...summarize(samples.get(count)!), note });
+  const row = (name: string, key: string, note: string): BenchRow => ({ name, n: rounds, unit: 'ms', ...summarize(samples.get(key)!), note });
   const rows = [
-    row('a new sandbox: directory, owner lock, meta.json starting then running', 1, 'four fsyncs: each meta.json and its directory'),
-    row('10 new sandboxes at once (a fork of 10)', 10, 'concurrent, as fork starts its children'),
+    row('Sandbox.create: directory, owner lock, meta.json starting then running', 'create', 'four fsyncs: each meta.json and its directory'),
+    row("a fork's child: directory, owner lock, meta.json running", 'child', 'two fsyncs'),
+    row("10 fork's children at once (a fork of 10)", 'fork10', 'concurrent, as fork starts its children'),
   ];
   return { rows, json: { bench: 'sandbox-dir', date: new Date().toISOString(), node: process.version, rounds, rows } };
 }

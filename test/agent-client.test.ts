@@ -90,6 +90,100 @@ test('HELLO, PING, ECHO', async () => {
   assert.ok(code('CONNECTION_CLOSED')(await c.ping().catch((e) => e)));
 });
 
+test('connectExpecting: a request written behind HELLO, before its answer, is answered by the real agent', async () => {
+  const first = await agent.client();
+  const expected = first.hello;
+  await first.close();
+  let reads = 0;
+  let sent: Buffer[] = [];
+  let flushes = 0;
+  const { client, hello } = await AgentClient.connectExpecting(async () => {
+    const s = await dialUnix(agent.socketPath);
+    s.on('data', () => reads++);
+    // What the stream hands its transport: one _writev of both frames (corked), or one _write each.
+    const impl = s as unknown as { _write: (...a: unknown[]) => void; _writev: (...a: unknown[]) => void };
+    const write = impl._write.bind(s);
+    impl._write = (chunk: unknown, ...rest: unknown[]) => {
+      flushes++;
+      sent = [chunk as Buffer];
+      write(chunk, ...rest);
+    };
+    const writev = impl._writev.bind(s);
+    impl._writev = (chunks: unknown, ...rest: unknown[]) => {
+      flushes++;
+      sent = (chunks as Array<{ chunk: Buffer }>).map((c) => c.chunk);
+      writev(chunks, ...rest);
+    };
+    return s;
+  }, expected);
+  // Usable at once: the request is made in the same turn as HELLO, before any answer came.
+  assert.ok(client.supports('resumed'));
+  const payload = randomBytes(1000);
+  const echoed = client.call(FrameType.ECHO, new FieldWriter().bytes('data', payload));
+  assert.is(reads, 0, 'nothing read yet');
+  const got = await hello;
+  assert.is(flushes, 1, 'HELLO and the request left in one write');
+  const frames = new FrameDecoder().push(Buffer.concat(sent));
+  assert.equal(frames.map((f) => f.type), [FrameType.HELLO, FrameType.ECHO]);
+  assert.is(got.version, PROTOCOL_VERSION);
+  assert.match(got.name, /^torpor-agent/);
+  assert.ok((await echoed).bytes('data')!.equals(payload));
+  // The answer's own clock, features as expected.
+  assert.ok(client.hello.timeNs > 0n);
+  assert.is(client.hello.features, expected.features);
+  await client.close();
+});
+
+test('connectExpecting: an agent that lacks an expected feature is refused, the request made meanwhile fails, no redial', async () => {
+  const first = await agent.client();
+  const expected = { ...first.hello, features: first.hello.features | (1n << 40n) };
+  await first.close();
+  let dials = 0;
+  const { client, hello } = await AgentClient.connectExpecting(
+    () => {
+      dials++;
+      return dialUnix(agent.socketPath);
+    },
+    expected,
+    { reconnect: true },
+  );
+  const pending = client.call(FrameType.ECHO, new FieldWriter().bytes('data', Buffer.from('x'))).catch((e: unknown) => e);
+  const err = await hello.catch((e: unknown) => e);
+  assert.ok(code('PROTOCOL_ERROR')(err), String(err));
+  assert.match((err as Error).message, /lacking features 0x10000000000/);
+  const p = await pending; assert.ok(code('PROTOCOL_ERROR')(p), 'the request fails with the reason: ' + String(p));
+  await sleep(100);
+  assert.is(dials, 1, 'no redial');
+  assert.ok(client.closed);
+});
+
+test('connectExpecting: HELLO unanswered within its time: GUEST_UNRESPONSIVE for HELLO and the request, no redial', async () => {
+  let connections = 0;
+  const server = createServer((sock) => {
+    connections++;
+    sock.on('data', () => undefined); // reads, never answers
+    sock.on('error', () => undefined);
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const port = (server.address() as AddressInfo).port;
+  const { connect } = await import('node:net');
+  const expected = { version: PROTOCOL_VERSION, features: 1n, name: 'x', timeNs: 0n };
+  const { client, hello } = await AgentClient.connectExpecting(
+    () =>
+      new Promise((resolve) => {
+        const s = connect(port, '127.0.0.1', () => resolve(s));
+      }),
+    expected,
+    { reconnect: true, helloTimeoutMs: 200 },
+  );
+  const pending = client.call(FrameType.SYNC, new FieldWriter()).catch((e: unknown) => e);
+  assert.ok(code('GUEST_UNRESPONSIVE')(await hello.catch((e: unknown) => e)));
+  assert.ok(code('GUEST_UNRESPONSIVE')(await pending));
+  await sleep(100);
+  assert.is(connections, 1, 'no redial');
+  server.close();
+});
+
 test('a re-asked request id does not run the command twice', async () => {
   const marker = join(tmpdir(), `torpor-reask-${process.pid}-${Date.now()}`);
   const rid = (BigInt(Date.now()) << 20n) | 7n;

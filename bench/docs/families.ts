@@ -111,7 +111,7 @@ export const SPECS: Spec[] = [
   {
     id: 'sandbox-dir',
     title: "A new sandbox's directory (no KVM)",
-    what: "What each create and each fork's child pays on disk around its guest's start: the directory, the owner lock, `meta.json` `starting` then `running`, each durable, for one sandbox and for ten at once (a fork of 10's share).",
+    what: "What each create and each fork's child pays on disk around its guest's start: the directory, the owner lock and `meta.json`, each write durable (`starting` then `running` for a create; `running` only for a fork's child), for one sandbox and for ten children at once (a fork of 10's share).",
     rerun: 'npm run bench -- sandbox-dir',
   },
   {

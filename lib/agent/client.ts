@@ -70,6 +70,8 @@ export class AgentClient {
   private reconnecting: Promise<void> | null = null;
   private lastError: TorporError | undefined;
   private helloInfo!: AgentHello;
+  /** connectExpecting's HELLO not answered yet: a close then fails the session, no redial. */
+  private helloPending = false;
   private readonly closeListeners = new Set<(err: TorporError | undefined) => void>();
   /** Number of successful reconnects (tests and diagnostics). */
   reconnects = 0;
@@ -87,6 +89,57 @@ export class AgentClient {
     const client = new AgentClient(dial, opts);
     client.conn = await client.attach(typeof transport === 'function' ? await transport() : transport);
     return client;
+  }
+
+  /**
+   * connect() to an agent whose HELLO is known beforehand (`expected`: a fork's child runs its
+   * parent's agent, the one whose HELLO the parent's client has): HELLO is written and the
+   * client takes requests at once: those made in the same turn of the event loop (RESUMED) go
+   * out in one write with it, and the guest answers them in one wake-up, not a round trip
+   * apart. `hello` settles with the agent's answer. An answer of another version, or without
+   * every feature `expected` names, ends the connection before anything behind it is taken:
+   * `hello` and the requests made meanwhile reject with PROTOCOL_ERROR. Until it settles the
+   * client does not reconnect.
+   */
+  static async connectExpecting(
+    transport: Duplex | Dial,
+    expected: AgentHello,
+    opts: AgentClientOptions = {},
+  ): Promise<{ client: AgentClient; hello: Promise<AgentHello> }> {
+    const dial = typeof transport === 'function' ? transport : null;
+    const client = new AgentClient(dial, opts);
+    const socket = typeof transport === 'function' ? await transport() : transport;
+    // HELLO and what is asked in this turn of the event loop leave in one write: the peer
+    // (the VMM's vsock device) reads them at once and the guest gets them in one packet.
+    socket.cork();
+    setImmediate(() => socket.uncork());
+    let ref: Connection | null = null;
+    client.helloPending = true;
+    const { connection, hello } = Connection.begin(
+      socket,
+      {
+        onFrame: (frame) => client.route(frame),
+        onClose: (err, byGoaway) => client.connectionClosed(ref, err, byGoaway),
+      },
+      { name: opts.name ?? CLIENT_NAME, timeoutMs: opts.helloTimeoutMs ?? 10_000, expect: expected },
+    );
+    ref = connection;
+    client.conn = connection;
+    client.helloInfo = { ...expected };
+    const answered = hello.then(
+      (got) => {
+        client.helloPending = false;
+        client.helloInfo = { ...got, features: expected.features };
+        return client.helloInfo;
+      },
+      (err: unknown) => {
+        client.helloPending = false;
+        client.connectionClosed(connection, err instanceof TorporError ? err : undefined, false);
+        throw err;
+      },
+    );
+    answered.catch(() => undefined);
+    return { client, hello: answered };
   }
 
   /** What the agent announced in HELLO: protocol version, features, name, clock. */
@@ -310,7 +363,7 @@ export class AgentClient {
     if (this.closedByUser) return;
     this.lastError = err;
     const policy = this.opts.reconnect;
-    const mayReconnect = this.dial !== null && policy && !byGoaway && err?.code !== 'PROTOCOL_ERROR';
+    const mayReconnect = this.dial !== null && policy && !byGoaway && err?.code !== 'PROTOCOL_ERROR' && !this.helloPending;
     if (mayReconnect) {
       void this.startReconnect().catch(() => undefined);
       return;

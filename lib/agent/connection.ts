@@ -37,6 +37,8 @@ export class Connection {
   private drainWaiters: Array<() => void> = [];
   private helloResolve: ((fields: Fields) => void) | null = null;
   private helloReject: ((err: TorporError) => void) | null = null;
+  /** What begin() was told the HELLO answer must offer. */
+  private expectHello: { version: number; features: bigint } | null = null;
   /** onClose was called (exactly once per connection). */
   private reported = false;
 
@@ -59,9 +61,25 @@ export class Connection {
     events: ConnectionEvents,
     opts: { name: string; timeoutMs: number },
   ): Promise<{ connection: Connection; hello: AgentHello }> {
+    const { connection, hello } = Connection.begin(socket, events, opts);
+    return { connection, hello: await hello };
+  }
+
+  /**
+   * open() without waiting: HELLO is written now and `hello` settles with the agent's answer.
+   * What the caller writes next goes out behind the HELLO (the agent reads a connection in
+   * order and answers HELLO first); its answers arrive after HELLO's. With `expect`, an answer
+   * of another version, or without one of those features, is a PROTOCOL_ERROR met before any
+   * frame behind it is taken: nothing the caller asked meanwhile is answered by that agent.
+   */
+  static begin(
+    socket: Duplex,
+    events: ConnectionEvents,
+    opts: { name: string; timeoutMs: number; expect?: { version: number; features: bigint } },
+  ): { connection: Connection; hello: Promise<AgentHello> } {
     const connection = new Connection(socket, events);
-    const hello = await connection.handshake(opts.name, opts.timeoutMs);
-    return { connection, hello };
+    connection.expectHello = opts.expect ?? null;
+    return { connection, hello: connection.handshake(opts.name, opts.timeoutMs) };
   }
 
   get isClosed(): boolean {
@@ -210,8 +228,21 @@ export class Connection {
       case FrameType.HELLO: {
         const resolve = this.helloResolve;
         if (!resolve) throw new ProtocolError('unexpected second HELLO from the agent');
+        const reject = this.helloReject;
         this.helloResolve = null;
         this.helloReject = null;
+        const want = this.expectHello;
+        if (want) {
+          const version = fields.u32('version');
+          const missing = want.features & ~(fields.u64('features') ?? 0n);
+          if (version !== want.version || missing !== 0n) {
+            const err = new ProtocolError(
+              `the agent (${fields.str('name') || 'unnamed'}) is not the one expected: version ${version ?? 'none'} (expected ${want.version}), lacking features 0x${missing.toString(16)}`,
+            );
+            reject?.(err);
+            throw err; // receive() closes the connection before the frames behind it
+          }
+        }
         resolve(fields);
         return;
       }

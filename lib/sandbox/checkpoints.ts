@@ -48,10 +48,17 @@ export async function captureLive(
   run: Running,
   record?: (generation: number, at: Date) => CheckpointRecord,
 ): Promise<{ meta: SandboxMeta; diskLayers: string[]; snap: SnapshotResult; at: Date }> {
-  await dir.writeMeta({ ...meta, liveCapture: true });
+  // The guest syncs while meta.json says liveCapture: both must be done before the capture.
+  const synced = syncBeforeCapture(run.guest.client);
+  try {
+    await dir.writeMeta({ ...meta, liveCapture: true });
+  } catch (err) {
+    await synced;
+    throw err;
+  }
   let snap: SnapshotResult;
   try {
-    await syncBeforeCapture(run.guest.client);
+    await synced;
     snap = await run.guest.machine.snapshot(dir.snapshots);
   } catch (err) {
     await dir.writeMeta(meta).catch(() => undefined);

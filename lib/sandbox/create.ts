@@ -113,17 +113,21 @@ export interface NewSandbox {
  * Takes a new sandbox from nothing to running (create and each child of a fork): its directory
  * opened (openSandboxDir), its guest started by `start`, then `finish` (work on the running
  * guest; the meta.json fields it returns), and the running meta.json written. A failure
- * anywhere stops the guest and removes the directory.
+ * anywhere stops the guest and removes the directory. `starting: false` leaves out the
+ * 'starting' meta.json (a fork's child, whose start takes milliseconds: until its one meta.json
+ * lands, its directory is an interrupted create's to `torpor prune`, and a fork base stays
+ * while any directory's meta.json cannot be read).
  */
 export async function startInNewDir(
   dir: SandboxDir,
   meta: SandboxMeta,
   start: () => Promise<Started>,
   finish: (started: Started) => Promise<Partial<SandboxMeta>>,
+  opts: { starting?: boolean } = {},
 ): Promise<NewSandbox> {
   const undo = new UndoStack();
   try {
-    const lock = await openSandboxDir(dir, meta, undo);
+    const lock = await openSandboxDir(dir, opts.starting === false ? null : meta, undo);
     const started = await start();
     const { guest } = started;
     undo.defer(() => guest.stop());
@@ -143,10 +147,10 @@ export async function startInNewDir(
 }
 
 /**
- * A new sandbox's directory, its owner lock taken and its meta.json written. `undo` removes the
- * directory and then lets the lock go (deferred first, so undone last).
+ * A new sandbox's directory, its owner lock taken and its meta.json written (`meta`; null: none
+ * yet). `undo` removes the directory and then lets the lock go (deferred first, so undone last).
  */
-export async function openSandboxDir(dir: SandboxDir, meta: SandboxMeta, undo: UndoStack): Promise<OwnerLock> {
+export async function openSandboxDir(dir: SandboxDir, meta: SandboxMeta | null, undo: UndoStack): Promise<OwnerLock> {
   await dir.create();
   let lock: OwnerLock | undefined;
   undo.defer(async () => {
@@ -159,7 +163,7 @@ export async function openSandboxDir(dir: SandboxDir, meta: SandboxMeta, undo: U
   const taken = await takeOwnerLock(dir.lockPath);
   if (!taken.ok) throw SANDBOX_BUSY(dir.id, taken.ownerPid); // a fresh random id: cannot happen
   lock = taken.lock;
-  await dir.writeMeta(meta);
+  if (meta) await dir.writeMeta(meta);
   return lock;
 }
 

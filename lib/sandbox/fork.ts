@@ -10,12 +10,15 @@
 //   3. Each child is a sandbox of its own (id, directory, owner lock, meta.json, network backend)
 //      restored from the fork base into its directory, as from a template: its memory is the
 //      base's mapped copy-on-write, its disk a top layer of its own, and RESUMED gives it the
-//      host's clock and fresh entropy before anything else runs.
+//      host's clock and fresh entropy before anything else runs. Less than a create does: one
+//      meta.json, once it runs (no 'starting' one for a start of milliseconds), and RESUMED
+//      written behind the HELLO (the child's agent is the parent's, its HELLO known).
 // The fork base goes when the last sandbox using it is killed (or by `torpor prune`).
 import { randomBytes } from 'node:crypto';
 import { copyFile, link, mkdir, readdir, rm, stat } from 'node:fs/promises';
 import { dirname, isAbsolute, join } from 'node:path';
 
+import type { AgentHello } from '../agent/connection.js';
 import { homeLayout } from '../store/home.js';
 import { SandboxDir, newSandboxId, sandboxIds, type SandboxMeta } from '../store/sandbox-dir.js';
 import { readGenerationFiles, writeCurrent } from '../store/snapshot-files.js';
@@ -37,12 +40,15 @@ export async function makeForkBase(parent: SandboxDir, generation: number, mac: 
   const own = (p: string) => !isAbsolute(p);
   const wanted = [files.manifest, files.state, ...files.memoryLayers, ...(files.disks ?? []).flat().flatMap((p) => [p, `${p}.map`])].filter(own);
   try {
-    for (const p of new Set(wanted)) {
-      const from = join(parent.snapshots, p);
-      if (p.endsWith('.map') && !(await stat(from).then(() => true, () => false))) continue;
-      await mkdir(dirname(join(base, p)), { recursive: true });
-      await linkOrCopy(from, join(base, p));
-    }
+    // The directories first, then every link at once (each a round on the thread pool).
+    for (const d of new Set(wanted.map((p) => dirname(join(base, p))))) await mkdir(d, { recursive: true });
+    await Promise.all(
+      [...new Set(wanted)].map(async (p) => {
+        const from = join(parent.snapshots, p);
+        if (p.endsWith('.map') && !(await stat(from).then(() => true, () => false))) return;
+        await linkOrCopy(from, join(base, p));
+      }),
+    );
     await writeCurrent(base, generation);
   } catch (err) {
     await rm(base, { recursive: true, force: true }).catch(() => undefined);
@@ -78,7 +84,8 @@ function childMeta(parent: SandboxMeta, dir: SandboxDir, base: string): SandboxM
     cmdline: parent.cmdline,
     ownerPid: process.pid,
     state: 'starting',
-    // Named from the start, so that `torpor prune` never takes the base while the child restores.
+    // The base, named in the one meta.json a child writes ('running'). Before that the child's
+    // directory has none, which keeps every fork base from `torpor prune` (forkBaseUnused).
     createdFrom: 'fork',
     forkedFrom: parent.id,
     templateBuild: base,
@@ -89,15 +96,18 @@ function childMeta(parent: SandboxMeta, dir: SandboxDir, base: string): SandboxM
   return meta;
 }
 
-/** One child of a fork: its directory, lock and meta.json, its machine restored from `base`. */
-export async function startChild(base: TemplateBuild, parent: SandboxMeta, agentMs: number): Promise<NewSandbox> {
+/** One child of a fork: its directory and lock, its machine restored from `base`, its meta.json.
+ *  `agentHello`: the parent's agent's HELLO (the child's agent is that one). */
+export async function startChild(base: TemplateBuild, parent: SandboxMeta, agentMs: number, agentHello: AgentHello): Promise<NewSandbox> {
   const dir = new SandboxDir(newSandboxId());
   const meta = childMeta(parent, dir, base.dir);
   return startInNewDir(
     dir,
     meta,
-    () => restoreInto(base, dir, meta.network ?? false, agentMs),
+    // The child runs the parent's agent (its memory): RESUMED goes out behind the HELLO.
+    () => restoreInto(base, dir, meta.network ?? false, agentMs, undefined, agentHello),
     async (started) => ({ diskLayers: started.diskLayers }),
+    { starting: false },
   );
 }
 

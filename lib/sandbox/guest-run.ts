@@ -5,7 +5,8 @@
 //   boot:    the network backend (passt) starts while the machine is built -> attached ->
 //            start -> the agent's knock, then HELLO (readiness.ts) [-> RESUMED] -> ports bound
 //   restore: the backend starts while the generation is restored, paused -> attached ->
-//            resume -> HELLO -> RESUMED (host clock, fresh entropy) -> ports bound
+//            resume -> HELLO -> RESUMED (host clock, fresh entropy) -> ports bound; where the
+//            agent's HELLO is known (a fork's child), RESUMED is written behind the HELLO
 //
 // A sandbox's guest (not a template's) gets RESUMED on either start with its identity
 // (identity.ts: hostname, machine-id, MAC).
@@ -16,13 +17,14 @@
 // sandbox), Sandbox.connect (resume.ts: from memory, from disk), a warm template's build
 // (template.ts) and a user template's steps (lib/template/build.ts).
 import type { AgentClient } from '../agent/client.js';
+import type { AgentHello } from '../agent/connection.js';
 import { TorporError } from '../errors.js';
 import type { ResolvedNetwork } from '../net/options.js';
 import { SandboxNetwork } from '../net/sandbox-network.js';
 import { Machine, type MachineOptions, type RestoreOptions, type SnapshotResult } from '../vm/machine.js';
 import { sendResumed } from './guest-requests.js';
 import type { GuestIdentity } from './identity.js';
-import { awaitBootedAgent, awaitRestoredAgent } from './readiness.js';
+import { awaitBootedAgent, awaitRestoredAgent, beginRestoredAgent } from './readiness.js';
 import { UndoStack } from './undo-stack.js';
 
 /** How long RESUMED may take (the guest already answered the rendezvous: generous). */
@@ -39,7 +41,12 @@ export interface GuestStart {
   resumed?: boolean;
   /** A sandbox's guest: its identity, sent with RESUMED on either start (a boot too). */
   identity?: GuestIdentity;
+  /** A restore whose agent's HELLO is known (a fork's child: its parent's agent): RESUMED goes
+   *  out right behind the HELLO instead of a round trip after it (beginRestoredAgent). */
+  agentHello?: AgentHello;
 }
+
+type AgentStart = (machine: Machine, timeoutMs: number) => Promise<{ client: AgentClient; hello?: Promise<unknown> }>;
 
 export class GuestRun {
   readonly machine: Machine;
@@ -65,7 +72,7 @@ export class GuestRun {
         const machine = await Machine.build(options);
         return { machine, run: () => machine.start() };
       },
-      awaitBootedAgent,
+      async (machine, timeoutMs) => ({ client: await awaitBootedAgent(machine, timeoutMs) }),
       start.resumed === true,
     );
   }
@@ -83,7 +90,9 @@ export class GuestRun {
         const machine = await Machine.restore(from, paused ? { ...options, state: 'paused' } : options);
         return { machine, run: async () => (paused ? machine.resume() : undefined) };
       },
-      awaitRestoredAgent,
+      start.agentHello
+        ? (machine, timeoutMs) => beginRestoredAgent(machine, timeoutMs, start.agentHello!)
+        : async (machine, timeoutMs) => ({ client: await awaitRestoredAgent(machine, timeoutMs) }),
       true,
     );
   }
@@ -91,7 +100,7 @@ export class GuestRun {
   static async #start(
     start: GuestStart,
     make: () => Promise<{ machine: Machine; run: () => Promise<void> }>,
-    awaitAgent: (machine: Machine, timeoutMs: number) => Promise<AgentClient>,
+    awaitAgent: AgentStart,
     resumed: boolean,
   ): Promise<GuestRun> {
     const undo = new UndoStack();
@@ -107,11 +116,15 @@ export class GuestRun {
       const network = await netReady;
       network?.attach(machine);
       await run();
-      const client = await awaitAgent(machine, start.agentTimeoutMs);
+      const { client, hello } = await awaitAgent(machine, start.agentTimeoutMs);
       undo.defer(() => client.close());
       // A boot sends RESUMED only to an agent that takes the identity (its clock and RNG are fresh).
       const identity = start.identity && { ...start.identity, mac: start.network ? start.identity.mac : undefined };
-      if (resumed || (identity && client.supports('identity'))) await sendResumed(client, RESUMED_TIMEOUT_MS, identity);
+      const resuming = resumed || (identity && client.supports('identity')) ? sendResumed(client, RESUMED_TIMEOUT_MS, identity) : undefined;
+      // An expected HELLO's answer first: when it fails, RESUMED fails only because of it.
+      const [helloDone, resumedDone] = await Promise.allSettled([hello, resuming]);
+      if (helloDone.status === 'rejected') throw helloDone.reason;
+      if (resumedDone.status === 'rejected') throw resumedDone.reason;
       // The forwarded ports were being bound while the guest came up; getHost is good from here.
       await network?.ready();
       return new GuestRun(machine, client, network, undo.move());

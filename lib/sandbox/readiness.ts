@@ -11,6 +11,7 @@
 //   transport reset (native/devices/virtio/vsock/README.md), so one connect is enough.
 import { GuestUnresponsiveError, TorporError } from '../errors.js';
 import { AgentClient } from '../agent/client.js';
+import type { AgentHello } from '../agent/connection.js';
 import type { Machine, MachineDisk, MachineOptions } from '../vm/machine.js';
 
 export const AGENT_VSOCK_PORT = 1024;
@@ -69,13 +70,41 @@ export async function awaitRestoredAgent(machine: Machine, timeoutMs: number): P
   try {
     return await connectOnce(machine, timeoutMs);
   } catch (err) {
-    const st = machine.state;
-    const why = st === 'stopped' || st === 'failed' ? `the restored guest ${st}` : `the restored guest's agent did not answer within ${timeoutMs} ms`;
-    throw new GuestUnresponsiveError(
-      `${why} (vsock port ${AGENT_VSOCK_PORT}: ${err instanceof Error ? err.message : String(err)})`,
-      { cause: err },
-    );
+    throw restoredAgentFailure(machine, timeoutMs, err);
   }
+}
+
+/**
+ * awaitRestoredAgent for a guest whose agent's HELLO is known (`expected`: a fork's child runs
+ * its parent's agent): the client takes requests once connected, ahead of the HELLO answer
+ * (AgentClient.connectExpecting); `hello` rejects as awaitRestoredAgent would, or with
+ * PROTOCOL_ERROR for another agent than expected.
+ */
+export async function beginRestoredAgent(
+  machine: Machine,
+  timeoutMs: number,
+  expected: AgentHello,
+): Promise<{ client: AgentClient; hello: Promise<unknown> }> {
+  const bound = Math.min(Math.max(1, Math.ceil(timeoutMs)), 3_600_000);
+  try {
+    const { client, hello } = await AgentClient.connectExpecting(() => machine.vsockConnect(AGENT_VSOCK_PORT, bound), expected, {
+      reconnect: true,
+      helloTimeoutMs: Math.max(10_000, bound),
+    });
+    const checked = hello.catch((err: unknown) => {
+      throw err instanceof TorporError && err.code === 'PROTOCOL_ERROR' ? err : restoredAgentFailure(machine, timeoutMs, err);
+    });
+    checked.catch(() => undefined);
+    return { client, hello: checked };
+  } catch (err) {
+    throw restoredAgentFailure(machine, timeoutMs, err);
+  }
+}
+
+function restoredAgentFailure(machine: Machine, timeoutMs: number, err: unknown): GuestUnresponsiveError {
+  const st = machine.state;
+  const why = st === 'stopped' || st === 'failed' ? `the restored guest ${st}` : `the restored guest's agent did not answer within ${timeoutMs} ms`;
+  return new GuestUnresponsiveError(`${why} (vsock port ${AGENT_VSOCK_PORT}: ${err instanceof Error ? err.message : String(err)})`, { cause: err });
 }
 
 /** One vsock connect and the HELLO exchange, each bounded by the caller's timeout; the client redials through the same

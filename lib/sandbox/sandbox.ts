@@ -815,7 +815,7 @@ export class Sandbox extends EventEmitter<SandboxEvents> implements AsyncDisposa
     this.#life.require('fork()', 'running');
     // The capture and the links into the fork base, before anything (a pause's prune, a restore,
     // a kill) may remove the generation's files.
-    const base = await this.#serially(async () => {
+    const { base, agentHello } = await this.#serially(async () => {
       this.#life.require('fork()', 'running');
       const run = this.#run!;
       // The children's VM shells are built while the parent is captured, as machine.fork does.
@@ -823,10 +823,10 @@ export class Sandbox extends EventEmitter<SandboxEvents> implements AsyncDisposa
       const r = await captureLive(this.#dir, this.#meta, run);
       this.#meta = r.meta;
       if (this.#run === run) this.#run = { ...run, diskLayers: r.diskLayers };
-      return makeForkBase(this.#dir, r.snap.generation, '');
+      return { base: await makeForkBase(this.#dir, r.snap.generation, ''), agentHello: run.guest.client.hello };
     });
     // All or none: a child that does not start takes the others (and the base) with it.
-    const results = await Promise.allSettled(Array.from({ length: count }, () => startChild(base, this.#meta, FORK_AGENT_TIMEOUT_MS)));
+    const results = await Promise.allSettled(Array.from({ length: count }, () => startChild(base, this.#meta, FORK_AGENT_TIMEOUT_MS, agentHello)));
     const started = results.flatMap((r) => (r.status === 'fulfilled' ? [new Sandbox(r.value.dir, r.value.meta, r.value.run)] : []));
     const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
     if (failed) {

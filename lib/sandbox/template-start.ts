@@ -6,6 +6,7 @@
 // failed create because of a template).
 import { rm } from 'node:fs/promises';
 
+import type { AgentHello } from '../agent/connection.js';
 import { TorporError } from '../errors.js';
 import type { ResolvedNetwork } from '../net/options.js';
 import type { SandboxDir, SandboxMeta } from '../store/sandbox-dir.js';
@@ -26,7 +27,8 @@ export interface Started {
  * The sandbox's machine restored from `template` into its snapshots, running: its agent past
  * RESUMED, its network (unless `network` is false) attached and ready. `growBytes`: its disk,
  * larger than the template's (Machine.restore diskBytes); the filesystem on it is the caller's
- * to grow (growRootFs) once the agent answers. On failure whatever it started is stopped and
+ * to grow (growRootFs) once the agent answers. `agentHello`: the agent's HELLO when it is known
+ * (a fork's child: its parent's; GuestStart.agentHello). On failure whatever it started is stopped and
  * the sandbox's snapshots/ removed.
  */
 export async function restoreInto(
@@ -35,10 +37,12 @@ export async function restoreInto(
   network: ResolvedNetwork | false,
   agentTimeoutMs: number,
   growBytes?: number,
+  agentHello?: AgentHello,
 ): Promise<Started> {
   try {
     const options = { into: dir.snapshots, state: 'paused' as const, ...(growBytes !== undefined ? { diskBytes: [growBytes] } : {}) };
-    const guest = await GuestRun.restore(template.dir, options, { network, agentTimeoutMs, identity: sandboxIdentity(dir.id) });
+    const start = { network, agentTimeoutMs, identity: sandboxIdentity(dir.id), ...(agentHello ? { agentHello } : {}) };
+    const guest = await GuestRun.restore(template.dir, options, start);
     return { guest, diskLayers: [...template.diskLayers], template };
   } catch (err) {
     // The restored machine's disk top: nothing else was written into the sandbox's snapshots yet.
