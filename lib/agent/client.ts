@@ -113,17 +113,8 @@ export class AgentClient {
     // (the VMM's vsock device) reads them at once and the guest gets them in one packet.
     socket.cork();
     setImmediate(() => socket.uncork());
-    let ref: Connection | null = null;
     client.helloPending = true;
-    const { connection, hello } = Connection.begin(
-      socket,
-      {
-        onFrame: (frame) => client.route(frame),
-        onClose: (err, byGoaway) => client.connectionClosed(ref, err, byGoaway),
-      },
-      { name: opts.name ?? CLIENT_NAME, timeoutMs: opts.helloTimeoutMs ?? 10_000, expect: expected },
-    );
-    ref = connection;
+    const { connection, hello } = client.begin(socket, expected);
     client.conn = connection;
     client.helloInfo = { ...expected };
     const answered = hello.then(
@@ -330,18 +321,8 @@ export class AgentClient {
 
   /** Opens a Connection and performs HELLO; the caller installs it as `this.conn`. */
   private async attach(socket: Duplex): Promise<Connection> {
-    // The close callback needs the connection object, which exists only once open() returns;
-    // a close during the handshake is reported by open()'s rejection instead.
-    let ref: Connection | null = null;
-    const { connection, hello } = await Connection.open(
-      socket,
-      {
-        onFrame: (frame) => this.route(frame),
-        onClose: (err, byGoaway) => this.connectionClosed(ref, err, byGoaway),
-      },
-      { name: this.opts.name ?? CLIENT_NAME, timeoutMs: this.opts.helloTimeoutMs ?? 10_000 },
-    );
-    ref = connection;
+    const { connection, hello: answer } = this.begin(socket);
+    const hello = await answer;
     if (connection.isClosed) throw this.lastError ?? new TorporError('CONNECTION_CLOSED', 'the agent closed the connection');
     if (this.helloInfo) {
       // The agent may have changed under us (a restored VM): keep only what both had.
@@ -349,6 +330,23 @@ export class AgentClient {
     }
     this.helloInfo = hello;
     return connection;
+  }
+
+  /** A Connection on `socket` routing its frames and close to this client, its HELLO written
+   *  (Connection.begin). A close before it is installed as `conn` is not this client's (the
+   *  handshake's rejection reports it). */
+  private begin(socket: Duplex, expect?: AgentHello): { connection: Connection; hello: Promise<AgentHello> } {
+    let ref: Connection | null = null;
+    const begun = Connection.begin(
+      socket,
+      {
+        onFrame: (frame) => this.route(frame),
+        onClose: (err, byGoaway) => this.connectionClosed(ref, err, byGoaway),
+      },
+      { name: this.opts.name ?? CLIENT_NAME, timeoutMs: this.opts.helloTimeoutMs ?? 10_000, ...(expect ? { expect } : {}) },
+    );
+    ref = begun.connection;
+    return begun;
   }
 
   private route(frame: Frame): void {

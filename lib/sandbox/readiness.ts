@@ -10,7 +10,7 @@
 //   vsock device holds the host's connection request until the guest's driver has handled the
 //   transport reset (native/devices/virtio/vsock/README.md), so one connect is enough.
 import { GuestUnresponsiveError, TorporError } from '../errors.js';
-import { AgentClient } from '../agent/client.js';
+import { AgentClient, type AgentClientOptions, type Dial } from '../agent/client.js';
 import type { AgentHello } from '../agent/connection.js';
 import type { Machine, MachineDisk, MachineOptions } from '../vm/machine.js';
 
@@ -85,12 +85,9 @@ export async function beginRestoredAgent(
   timeoutMs: number,
   expected: AgentHello,
 ): Promise<{ client: AgentClient; hello: Promise<unknown> }> {
-  const bound = Math.min(Math.max(1, Math.ceil(timeoutMs)), 3_600_000);
   try {
-    const { client, hello } = await AgentClient.connectExpecting(() => machine.vsockConnect(AGENT_VSOCK_PORT, bound), expected, {
-      reconnect: true,
-      helloTimeoutMs: Math.max(10_000, bound),
-    });
+    const { dial, opts } = agentDial(machine, timeoutMs);
+    const { client, hello } = await AgentClient.connectExpecting(dial, expected, opts);
     const checked = hello.catch((err: unknown) => {
       throw err instanceof TorporError && err.code === 'PROTOCOL_ERROR' ? err : restoredAgentFailure(machine, timeoutMs, err);
     });
@@ -112,11 +109,14 @@ function restoredAgentFailure(machine: Machine, timeoutMs: number, err: unknown)
  *  guest's agent answers only once its pages have been faulted back in, which on a loaded or emulated host (the nested
  *  test host) takes longer than on a warm machine, and the caller already said how long it is prepared to wait. */
 function connectOnce(machine: Machine, timeoutMs: number): Promise<AgentClient> {
+  const { dial, opts } = agentDial(machine, timeoutMs);
+  return AgentClient.connect(dial, opts);
+}
+
+/** connectOnce's (and beginRestoredAgent's) dial and client options for `timeoutMs`. */
+function agentDial(machine: Machine, timeoutMs: number): { dial: Dial; opts: AgentClientOptions } {
   const bound = Math.min(Math.max(1, Math.ceil(timeoutMs)), 3_600_000);
-  return AgentClient.connect(() => machine.vsockConnect(AGENT_VSOCK_PORT, bound), {
-    reconnect: true,
-    helloTimeoutMs: Math.max(10_000, bound),
-  });
+  return { dial: () => machine.vsockConnect(AGENT_VSOCK_PORT, bound), opts: { reconnect: true, helloTimeoutMs: Math.max(10_000, bound) } };
 }
 
 /** Resolves at the agent's knock (already counted, or the next one); BOOT_FAILED with the console tail if the
