@@ -266,6 +266,12 @@ export interface NativeBinding {
   tryLockFile(path: string): { fd: number } | { ownerPid: number | null };
   /** Closes an fd tryLockFile returned, releasing its lock. INVALID_ARGUMENT for any other fd. */
   closeLockFile(fd: number): void;
+  /**
+   * Replaces `path` durably in one round on the thread pool: `text` into `tmp` (beside it), fsync,
+   * rename, fsync of the directory. PERMISSION_DENIED / IO_ERROR (with errno) with the temporary
+   * removed and `path` as it was.
+   */
+  replaceFileDurably(tmp: string, path: string, text: string): Promise<void>;
   /** KVM ioctls this process made so far, KVM_RUN aside (benchmarks: KVM calls per path). */
   kvmCallCount(): number;
   /** A connected pair of Unix stream sockets (CLOEXEC fds): one for netAttachFd, one for the backend process. */

@@ -1,6 +1,7 @@
 // The sandbox lifecycle's state table and the sandbox directory's meta.json checks, without a
 // machine (they run on every host): lib/sandbox/lifecycle.ts, lib/store/sandbox-dir.ts.
-import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { existsSync } from 'node:fs';
+import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'uvu';
@@ -127,6 +128,27 @@ test('SandboxDir: meta.json round trip, SANDBOX_NOT_FOUND, disk layers of a gene
     await dir.remove();
     assert.equal(await sandboxIds(home), []);
     await dir.remove(); // again: nothing to do
+  } finally {
+    await rm(home, { recursive: true, force: true });
+  }
+});
+
+test('SandboxDir.writeMeta replaces meta.json whole, leaves no temporary, and a failure is a coded error with errno', async () => {
+  const home = await mkdtemp(join(tmpdir(), 'torpor-sbxdir-'));
+  try {
+    const dir = new SandboxDir(newSandboxId(), home);
+    await dir.create();
+    const first = goodMeta(dir.id);
+    await dir.writeMeta(first);
+    const second = { ...first, state: 'paused' as const, generation: 2, metadata: { note: 'x'.repeat(100_000) } };
+    await dir.writeMeta(second);
+    assert.equal(await dir.readMeta(), second);
+    assert.equal(await readdir(dir.path), ['meta.json']);
+    // The directory gone (a kill racing a write): IO_ERROR with ENOENT, nothing left behind.
+    await rm(dir.path, { recursive: true });
+    const err = await dir.writeMeta(first).catch((e: unknown) => e);
+    assert.ok(err instanceof TorporError && err.code === 'IO_ERROR' && err.errno === 2, String(err));
+    assert.not.ok(existsSync(dir.path));
   } finally {
     await rm(home, { recursive: true, force: true });
   }

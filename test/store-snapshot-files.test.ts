@@ -2,14 +2,14 @@
 // files, lib checks what it reads (the manifest is data on disk) and reads older manifests too.
 // Manifests here are files on disk as an addon or a damaged disk would leave them; the addon's
 // own are read in test/vmm-snapshot.test.ts.
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
 import { TorporError } from '../lib/errors.js';
-import { currentGenerationOf, generationLayout, isPlainRelativePath, readGenerationFiles, readGenerationFilesOrNull } from '../lib/store/snapshot-files.js';
+import { currentGenerationOf, generationLayout, isPlainRelativePath, readGenerationFiles, readGenerationFilesOrNull, writeCurrent } from '../lib/store/snapshot-files.js';
 
 function snapshotDir(): string {
   return mkdtempSync(join(tmpdir(), 'torpor-manifest-'));
@@ -121,6 +121,19 @@ test('`current` names a generation by its directory; anything else is none', asy
       writeFileSync(join(dir, 'current'), text);
       assert.is(await currentGenerationOf(dir), 0, JSON.stringify(text));
     }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('writeCurrent switches `current` durably: the generation it names, no temporary left', async () => {
+  const dir = snapshotDir();
+  try {
+    await writeCurrent(dir, 3);
+    assert.is(await currentGenerationOf(dir), 3);
+    await writeCurrent(dir, 4);
+    assert.is(await currentGenerationOf(dir), 4);
+    assert.equal(readdirSync(dir).filter((n) => n.startsWith('current')), ['current']);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

@@ -11,13 +11,13 @@
 // new one. It is data on disk like any other: its shape is checked before a field is used.
 import { randomBytes } from 'node:crypto';
 import { closeSync, fsyncSync, openSync, renameSync, writeSync } from 'node:fs';
-import { lstat, mkdir, open, readdir, readFile, rename, rm, stat, unlink } from 'node:fs/promises';
+import { lstat, mkdir, readdir, readFile, rename, rm, stat, unlink } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 
 import { InvalidArgumentError, SandboxNotFoundError, TorporError } from '../errors.js';
 import type { ResolvedNetwork } from '../net/options.js';
 import { homeLayout, torporHome } from './home.js';
-import { fsyncPath } from './fsync.js';
+import { fsyncPath, replaceFileDurably } from './fsync.js';
 import { currentGenerationOf } from './snapshot-files.js';
 import { frozenDiskTop, generationDiskLayers, metaPathIn } from './generations.js';
 import { processAlive } from './process-alive.js';
@@ -301,15 +301,7 @@ export class SandboxDir {
   /** Replaces meta.json durably: a crash leaves the old one or the new one. */
   async writeMeta(meta: SandboxMeta): Promise<void> {
     const tmp = join(this.path, `meta.json.${process.pid}.${randomBytes(3).toString('hex')}.tmp`);
-    const fh = await open(tmp, 'w');
-    try {
-      await fh.writeFile(JSON.stringify(meta, null, 2) + '\n');
-      await fh.sync();
-    } finally {
-      await fh.close();
-    }
-    await rename(tmp, this.metaPath);
-    await fsyncPath(this.path);
+    await replaceFileDurably(this.metaPath, JSON.stringify(meta, null, 2) + '\n', tmp);
   }
 
   /** The temporary files of meta.json writes whose process died before the rename (a SIGKILL

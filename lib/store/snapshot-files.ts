@@ -6,13 +6,13 @@
 // (merged memory layers and disk overlays) and tops/ (live disk tops); older generations' files
 // that the current one no longer names (merged away) can go.
 import { readFileSync } from 'node:fs';
-import { open, readdir, readFile, rename, rmdir, unlink } from 'node:fs/promises';
+import { readdir, readFile, rmdir, unlink } from 'node:fs/promises';
 import { isAbsolute, join } from 'node:path';
 
 import { TorporError } from '../errors.js';
 import { loadNative } from '../native.js';
 import type { NativeGenerationLayout } from '../native-types.js';
-import { fsyncPath } from './fsync.js';
+import { replaceFileDurably } from './fsync.js';
 
 /** A generation's files as its manifest.json names them. Paths are relative to the snapshot
  *  directory (always inside it), or absolute for layers another directory holds (a template's). */
@@ -131,16 +131,7 @@ export async function currentGenerationOf(dir: string): Promise<number> {
  *  directory synced): the generation a restore of that directory loads. */
 export async function writeCurrent(snapshots: string, generation: number): Promise<void> {
   const current = join(snapshots, 'current');
-  const tmp = `${current}.${process.pid}.tmp`;
-  const fh = await open(tmp, 'w');
-  try {
-    await fh.writeFile(`${generationLayout(generation).dir}\n`);
-    await fh.sync();
-  } finally {
-    await fh.close();
-  }
-  await rename(tmp, current);
-  await fsyncPath(snapshots);
+  await replaceFileDurably(current, `${generationLayout(generation).dir}\n`, `${current}.${process.pid}.tmp`);
 }
 
 /**

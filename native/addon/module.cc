@@ -1,6 +1,7 @@
 // The addon's entry point: what lib/native-types.ts (NativeBinding) describes.
 #include "addon/addon_state.h"
 #include "addon/addon_state_inl.h"
+#include "addon/file_binding.h"
 #include "addon/lock_binding.h"
 #include "addon/machine_binding.h"
 #include "addon/net_socket_binding.h"
@@ -89,6 +90,7 @@ Napi::Object init(Napi::Env env, Napi::Object exports) {
   exports.Set("kvmCallCount", Napi::Function::New(env, kvm_call_count_binding, "kvmCallCount"));
   exports.Set("tryLockFile", Napi::Function::New(env, try_lock_file_binding, "tryLockFile"));
   exports.Set("closeLockFile", Napi::Function::New(env, close_lock_file_binding, "closeLockFile"));
+  exports.Set("replaceFileDurably", Napi::Function::New(env, replace_file_durably_binding, "replaceFileDurably"));
   exports.Set("netSocketPair", Napi::Function::New(env, net_socket_pair_binding, "netSocketPair"));
   exports.Set("closeNetSocket", Napi::Function::New(env, close_net_socket_binding, "closeNetSocket"));
   exports.Set("snapshotLayout", Napi::Function::New(env, snapshot_layout, "snapshotLayout"));

@@ -1,0 +1,73 @@
+#include "addon/file_binding.h"
+
+#include <string>
+#include <utility>
+
+#include "addon/addon_state.h"
+#include "addon/promise.h"
+#include "base/durable_file.h"
+#include "common/error.h"
+
+namespace torpor {
+
+namespace {
+
+class ReplaceFileWorker final : public Napi::AsyncWorker {
+ public:
+  ReplaceFileWorker(Napi::Env env, PendingPromise promise, std::string tmp, std::string path, std::string data)
+      : Napi::AsyncWorker(env, "torpor.replaceFile"), promise_(promise), tmp_(std::move(tmp)), path_(std::move(path)),
+        data_(std::move(data)) {}
+  void Execute() override {
+    try {
+      replace_file_durably(tmp_, path_, data_);
+    } catch (const Error& e) {
+      code_ = e.code();
+      message_ = e.what();
+      errno_ = e.sys_errno();
+    } catch (const std::exception& e) {
+      code_ = code::kInternal;
+      message_ = e.what();
+    }
+  }
+  void OnOK() override {
+    Napi::Env env = Env();
+    if (code_.empty()) promise_.settle(env, "", "");
+    else promise_.reject_with(env, make_js_error(env, code_.c_str(), message_, errno_).Value());
+  }
+
+ private:
+  PendingPromise promise_;
+  std::string tmp_, path_, data_;
+  std::string code_, message_;
+  int errno_ = 0;
+};
+
+std::string path_arg(const Napi::CallbackInfo& info, size_t i, const char* name) {
+  if (!info[i].IsString()) throw Error(code::kInvalidArgument, std::string("replaceFileDurably: ") + name + " must be a string");
+  std::string s = info[i].As<Napi::String>().Utf8Value();
+  if (s.empty() || s.find('\0') != std::string::npos)
+    throw Error(code::kInvalidArgument, std::string("replaceFileDurably: ") + name + " must be non-empty, without NUL");
+  return s;
+}
+
+}  // namespace
+
+// replaceFileDurably(tmp, path, text) -> Promise<void>; rejects with PERMISSION_DENIED or
+// IO_ERROR (errno kept), the temporary removed and `path` as it was.
+Napi::Value replace_file_durably_binding(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  try {
+    std::string tmp = path_arg(info, 0, "tmp");
+    std::string path = path_arg(info, 1, "path");
+    if (!info[2].IsString()) throw Error(code::kInvalidArgument, "replaceFileDurably: text must be a string");
+    std::string data = info[2].As<Napi::String>().Utf8Value();
+    auto [pending, promise] = PendingPromise::make(env);
+    auto* worker = new ReplaceFileWorker(env, pending, std::move(tmp), std::move(path), std::move(data));
+    worker->Queue();  // deletes itself once OnOK has run
+    return promise;
+  } catch (const Error& e) {
+    return settled_promise(env, e.code(), e.what());
+  }
+}
+
+}  // namespace torpor
