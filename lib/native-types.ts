@@ -268,8 +268,9 @@ export interface NativeBinding {
   closeLockFile(fd: number): void;
   /**
    * Replaces `path` durably in one round on the thread pool: `text` into `tmp` (beside it), fsync,
-   * rename, fsync of the directory. PERMISSION_DENIED / IO_ERROR (with errno) with the temporary
-   * removed and `path` as it was.
+   * rename, fsync of the directory. PERMISSION_DENIED / OUT_OF_SPACE / IO_ERROR (with errno): before
+   * the rename with the temporary removed and `path` as it was, after it (the directory's fsync)
+   * with the new file in place.
    */
   replaceFileDurably(tmp: string, path: string, text: string): Promise<void>;
   /** KVM ioctls this process made so far, KVM_RUN aside (benchmarks: KVM calls per path). */

@@ -8,6 +8,7 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
 import { TorporError } from '../lib/errors.js';
+import { loadNative } from '../lib/native.js';
 import { IllegalTransitionError, Lifecycle, SANDBOX_STATES, canMove } from '../lib/sandbox/lifecycle.js';
 import { SandboxDir, checkSandboxId, newSandboxId, parseMeta, sandboxIds, type SandboxMeta } from '../lib/store/sandbox-dir.js';
 
@@ -149,6 +150,15 @@ test('SandboxDir.writeMeta replaces meta.json whole, leaves no temporary, and a 
     const err = await dir.writeMeta(first).catch((e: unknown) => e);
     assert.ok(err instanceof TorporError && err.code === 'IO_ERROR' && err.errno === 2, String(err));
     assert.not.ok(existsSync(dir.path));
+    // The addon's call refuses what is not a path, and a temporary outside the file's directory,
+    // as rejections (never a crash of the process).
+    const native = loadNative() as unknown as { replaceFileDurably(...a: unknown[]): Promise<void> };
+    for (const args of [[1, dir.metaPath, 'x'], ['', dir.metaPath, 'x'], [`${dir.metaPath}\0.tmp`, dir.metaPath, 'x'], [`${dir.metaPath}.tmp`, dir.metaPath, 7]]) {
+      const bad = await native.replaceFileDurably(...args).catch((e: unknown) => e);
+      assert.ok(bad instanceof TorporError && bad.code === 'INVALID_ARGUMENT', `${JSON.stringify(args)}: ${String(bad)}`);
+    }
+    const outside = await native.replaceFileDurably(join(home, 'x.tmp'), join(home, 'sub', 'x'), 'x').catch((e: unknown) => e);
+    assert.ok(outside instanceof TorporError && outside.code === 'INTERNAL', String(outside));
   } finally {
     await rm(home, { recursive: true, force: true });
   }

@@ -89,6 +89,9 @@ environment:
                   prebuilt package is installed
 `;
 
+const HOME_HINT = ' (set TORPOR_HOME to a directory you own, or run as the user who owns this one)';
+const SPACE_HINT = ' (free some disk space, or set TORPOR_HOME elsewhere)';
+
 export async function main(argv: string[]): Promise<number> {
   const [command, ...rest] = argv;
   // exec, shell and logs pass the guest program's status through: torpor's own failure must not look like one.
@@ -118,19 +121,23 @@ export async function main(argv: string[]): Promise<number> {
     }
   } catch (err) {
     if (err instanceof TorporError) {
-      process.stderr.write(`torpor: ${err.code}: ${err.message}\n`);
+      // The same hints as a system error's below, where the addon already made it a TorporError;
+      // OUT_OF_SPACE with the host's errno is the host's disk (a guest's full filesystem has none).
+      const hint = err.message.includes('TORPOR_HOME')
+        ? ''
+        : err.code === 'PERMISSION_DENIED'
+          ? HOME_HINT
+          : err.code === 'OUT_OF_SPACE' && err.errno !== undefined
+            ? SPACE_HINT
+            : '';
+      process.stderr.write(`torpor: ${err.code}: ${err.message}${hint}\n`);
       return err.code === 'INVALID_ARGUMENT' ? 2 : failed;
     }
     // A system error that no layer below turned into a TorporError: one line a
     // user can act on, not a stack trace (which stays one env var away).
     const sys = err as NodeJS.ErrnoException;
     if (typeof sys?.code === 'string' && typeof sys.syscall === 'string' && !process.env.TORPOR_DEBUG) {
-      const hint =
-        sys.code === 'EACCES' || sys.code === 'EPERM'
-          ? ' (set TORPOR_HOME to a directory you own, or run as the user who owns this one)'
-          : sys.code === 'ENOSPC'
-            ? ' (free some disk space, or set TORPOR_HOME elsewhere)'
-            : '';
+      const hint = sys.code === 'EACCES' || sys.code === 'EPERM' ? HOME_HINT : sys.code === 'ENOSPC' ? SPACE_HINT : '';
       const message = sys.message.startsWith(`${sys.code}:`) ? sys.message : `${sys.code}: ${sys.message}`;
       process.stderr.write(`torpor: ${message}${hint}\n`);
       return failed;

@@ -18,8 +18,9 @@ export async function fsyncPath(path: string, flags = 'r'): Promise<void> {
  * `tmp` (in the same directory), fsynced, renamed over `path`, the directory fsynced. One round on
  * the thread pool (the addon does every step in one work item), where node:fs takes eight (open,
  * write, fsync, close, rename; open, fsync, close of the directory), each a callback on the JS
- * thread: a fork's ten children write their meta.json at once. On failure (IO_ERROR or
- * PERMISSION_DENIED, with errno) the temporary is gone and `path` is unchanged.
+ * thread: a fork's ten children write their meta.json at once. A failure (PERMISSION_DENIED,
+ * OUT_OF_SPACE, IO_ERROR, with errno) before the rename leaves `path` as it was and no temporary;
+ * one after it (the directory's fsync) leaves the new file in place, not known to be durable.
  */
 export function replaceFileDurably(path: string, text: string, tmp: string): Promise<void> {
   return loadNative().replaceFileDurably(tmp, path, text);

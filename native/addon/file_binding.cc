@@ -27,6 +27,9 @@ class ReplaceFileWorker final : public Napi::AsyncWorker {
     } catch (const std::exception& e) {
       code_ = code::kInternal;
       message_ = e.what();
+    } catch (...) {
+      code_ = code::kInternal;
+      message_ = "replaceFileDurably: unknown error";
     }
   }
   void OnOK() override {
@@ -52,8 +55,9 @@ std::string path_arg(const Napi::CallbackInfo& info, size_t i, const char* name)
 
 }  // namespace
 
-// replaceFileDurably(tmp, path, text) -> Promise<void>; rejects with PERMISSION_DENIED or
-// IO_ERROR (errno kept), the temporary removed and `path` as it was.
+// replaceFileDurably(tmp, path, text) -> Promise<void>; rejects with PERMISSION_DENIED,
+// OUT_OF_SPACE or IO_ERROR (errno kept), as replace_file_durably says; INVALID_ARGUMENT for
+// arguments that are not non-empty strings.
 Napi::Value replace_file_durably_binding(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   try {
@@ -67,6 +71,10 @@ Napi::Value replace_file_durably_binding(const Napi::CallbackInfo& info) {
     return promise;
   } catch (const Error& e) {
     return settled_promise(env, e.code(), e.what());
+  } catch (const std::exception& e) {  // std::bad_alloc copying the arguments
+    return settled_promise(env, code::kInternal, e.what());
+  } catch (...) {
+    return settled_promise(env, code::kInternal, "replaceFileDurably: unknown error");
   }
 }
 

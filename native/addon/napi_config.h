@@ -7,4 +7,12 @@
 #ifndef NODE_ADDON_API_DISABLE_CPP_EXCEPTIONS
 #define NODE_ADDON_API_DISABLE_CPP_EXCEPTIONS
 #endif
+// A worker_threads Worker being terminated still runs the completions of its
+// thread-pool work, with JS refused: without this, node-addon-api turns an
+// error it cannot throw there (a failed write's rejection being built) into a
+// fatal error, an abort of the whole process. With it, the error is dropped
+// with the environment that would have seen it.
+#ifndef NODE_API_SWALLOW_UNTHROWABLE_EXCEPTIONS
+#define NODE_API_SWALLOW_UNTHROWABLE_EXCEPTIONS
+#endif
 #include <napi.h>

@@ -12,8 +12,10 @@
 namespace torpor {
 
 // `tmp` must be in the same directory as `path` (rename(2) within one
-// directory). On failure the temporary file is removed and `path` is as it was;
-// throws Error (PERMISSION_DENIED, IO_ERROR) with errno.
+// directory). Throws Error (PERMISSION_DENIED, OUT_OF_SPACE, IO_ERROR) with
+// errno. A failure before the rename removes the temporary and leaves `path`
+// as it was; one after it (opening or syncing the directory) leaves the new
+// file in place, not known to be durable.
 void replace_file_durably(const std::string& tmp, const std::string& path, std::string_view data);
 
 }  // namespace torpor

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cerrno>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -19,6 +20,7 @@ inline constexpr const char* kKvmUnavailable = "KVM_UNAVAILABLE";
 inline constexpr const char* kInvalidArgument = "INVALID_ARGUMENT";
 inline constexpr const char* kIo = "IO_ERROR";
 inline constexpr const char* kPermissionDenied = "PERMISSION_DENIED";
+inline constexpr const char* kOutOfSpace = "OUT_OF_SPACE";  // the host's disk (or quota) is full
 inline constexpr const char* kGuestMemory = "GUEST_MEMORY";      // guest gave a bad address
 inline constexpr const char* kBootFailed = "BOOT_FAILED";        // kernel/initrd could not be loaded
 inline constexpr const char* kMachineFailed = "MACHINE_FAILED";  // triple fault, internal error...
@@ -32,9 +34,15 @@ inline constexpr const char* kInternal = "INTERNAL";
 }  // namespace code
 
 class Error : public std::runtime_error {
+  static bool out_of_space(const char* code, int err) {
+    return (err == ENOSPC || err == EDQUOT) && std::strcmp(code, code::kIo) == 0;
+  }
+
  public:
+  // An IO_ERROR whose errno is ENOSPC or EDQUOT is OUT_OF_SPACE: a full disk is
+  // the one I/O failure a user can act on (free space, or TORPOR_HOME elsewhere).
   Error(const char* code, const std::string& message, int err = 0)
-      : std::runtime_error(message), code_(code), errno_(err) {}
+      : std::runtime_error(message), code_(out_of_space(code, err) ? code::kOutOfSpace : code), errno_(err) {}
   const char* code() const noexcept { return code_; }
   int sys_errno() const noexcept { return errno_; }
 
