@@ -17,7 +17,7 @@ import { dirname, join } from 'node:path';
 import { InvalidArgumentError, SandboxNotFoundError, TorporError } from '../errors.js';
 import type { ResolvedNetwork } from '../net/options.js';
 import { homeLayout, torporHome } from './home.js';
-import { fsyncPath, replaceFileDurably } from './fsync.js';
+import { fsyncPath, replaceFileDurably, tempBeside } from './fsync.js';
 import { currentGenerationOf } from './snapshot-files.js';
 import { frozenDiskTop, generationDiskLayers, metaPathIn } from './generations.js';
 import { processAlive } from './process-alive.js';
@@ -300,8 +300,7 @@ export class SandboxDir {
 
   /** Replaces meta.json durably: a crash leaves the old one or the new one. */
   async writeMeta(meta: SandboxMeta): Promise<void> {
-    const tmp = join(this.path, `meta.json.${process.pid}.${randomBytes(3).toString('hex')}.tmp`);
-    await replaceFileDurably(this.metaPath, JSON.stringify(meta, null, 2) + '\n', tmp);
+    await replaceFileDurably(this.metaPath, JSON.stringify(meta, null, 2) + '\n');
   }
 
   /** The temporary files of meta.json writes whose process died before the rename (a SIGKILL
@@ -318,7 +317,7 @@ export class SandboxDir {
 
   /** writeMeta() for a process that is ending (an `exit` handler: nothing asynchronous runs). */
   writeMetaSync(meta: SandboxMeta): void {
-    const tmp = join(this.path, `meta.json.${process.pid}.${randomBytes(3).toString('hex')}.tmp`);
+    const tmp = tempBeside(this.metaPath);
     const fd = openSync(tmp, 'w');
     try {
       writeSync(fd, JSON.stringify(meta, null, 2) + '\n');

@@ -5,7 +5,6 @@
 // never builds a path inside a generation itself. Beside the generations: `current`, layers/
 // (merged memory layers and disk overlays) and tops/ (live disk tops); older generations' files
 // that the current one no longer names (merged away) can go.
-import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { readdir, readFile, rmdir, unlink } from 'node:fs/promises';
 import { isAbsolute, join } from 'node:path';
@@ -132,9 +131,7 @@ export async function currentGenerationOf(dir: string): Promise<number> {
  *  directory synced): the generation a restore of that directory loads. */
 export async function writeCurrent(snapshots: string, generation: number): Promise<void> {
   const current = join(snapshots, 'current');
-  // A temporary of its own: two switches at once in one process must not share one.
-  const tmp = `${current}.${process.pid}.${randomBytes(3).toString('hex')}.tmp`;
-  await replaceFileDurably(current, `${generationLayout(generation).dir}\n`, tmp);
+  await replaceFileDurably(current, `${generationLayout(generation).dir}\n`);
 }
 
 /**

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "addon/addon_state.h"
+#include "addon/coded_worker.h"
 #include "addon/promise.h"
 #include "base/durable_file.h"
 #include "common/error.h"
@@ -12,25 +13,13 @@ namespace torpor {
 
 namespace {
 
-class ReplaceFileWorker final : public Napi::AsyncWorker {
+class ReplaceFileWorker final : public CodedWorker {
  public:
   ReplaceFileWorker(Napi::Env env, PendingPromise promise, std::string tmp, std::string path, std::string data)
-      : Napi::AsyncWorker(env, "torpor.replaceFile"), promise_(promise), tmp_(std::move(tmp)), path_(std::move(path)),
+      : CodedWorker(env, "torpor.replaceFile"), promise_(promise), tmp_(std::move(tmp)), path_(std::move(path)),
         data_(std::move(data)) {}
   void Execute() override {
-    try {
-      replace_file_durably(tmp_, path_, data_);
-    } catch (const Error& e) {
-      code_ = e.code();
-      message_ = e.what();
-      errno_ = e.sys_errno();
-    } catch (const std::exception& e) {
-      code_ = code::kInternal;
-      message_ = e.what();
-    } catch (...) {
-      code_ = code::kInternal;
-      message_ = "replaceFileDurably: unknown error";
-    }
+    run([&] { replace_file_durably(tmp_, path_, data_); });
   }
   void OnOK() override {
     Napi::Env env = Env();
@@ -41,8 +30,6 @@ class ReplaceFileWorker final : public Napi::AsyncWorker {
  private:
   PendingPromise promise_;
   std::string tmp_, path_, data_;
-  std::string code_, message_;
-  int errno_ = 0;
 };
 
 std::string path_arg(const Napi::CallbackInfo& info, size_t i, const char* name) {

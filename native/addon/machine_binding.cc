@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "addon/addon_state.h"
+#include "addon/coded_worker.h"
 #include "addon/js_values.h"
 #include "addon/promise.h"
 #include "common/error.h"
@@ -228,26 +229,6 @@ Napi::Object snapshot_object(Napi::Env env, const CaptureResult& r) {
   o.Set("durableMs", r.durable_ms);
   return o;
 }
-
-// Runs a blocking call on libuv's thread pool and keeps its error's code
-// (Napi::AsyncWorker's own error path keeps only the message).
-class CodedWorker : public Napi::AsyncWorker {
- protected:
-  using Napi::AsyncWorker::AsyncWorker;
-  template <typename F>
-  void run(F&& f) {
-    try {
-      f();
-    } catch (const Error& e) {
-      code_ = e.code();
-      message_ = e.what();
-    } catch (const std::exception& e) {
-      code_ = code::kInternal;
-      message_ = e.what();
-    }
-  }
-  std::string code_, message_;
-};
 
 // Captures a paused machine into a directory (fdatasync included).
 class CaptureWorker final : public CodedWorker {

@@ -14,8 +14,7 @@ namespace torpor {
 namespace {
 
 [[noreturn]] void throw_lock_error(const char* what, const std::string& path, int err) {
-  const bool denied = err == EACCES || err == EPERM || err == EROFS;
-  throw_sys_error(denied ? code::kPermissionDenied : code::kIo, std::string("cannot ") + what + " lock file " + path, err);
+  throw_file_error(std::string("cannot ") + what + " lock file " + path, err);
 }
 
 // Written then truncated to its length, so a reader never sees an empty file

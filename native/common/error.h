@@ -61,5 +61,8 @@ inline void precondition(bool holds, const char* what) {
 
 // Throws an Error carrying the current errno, e.g. sys_error(code::kIo, "open disk").
 [[noreturn]] void throw_sys_error(const char* code, const std::string& what, int err = errno);
+// throw_sys_error for a file of torpor's own (a lock, meta.json): PERMISSION_DENIED
+// where the kernel refused access (EACCES, EPERM, EROFS), else IO_ERROR.
+[[noreturn]] void throw_file_error(const std::string& what, int err = errno);
 
 }  // namespace torpor

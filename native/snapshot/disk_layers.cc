@@ -7,8 +7,8 @@
 #include <cerrno>
 #include <vector>
 
+#include "base/file_io.h"
 #include "common/error.h"
-#include "devices/virtio/blk/file_io.h"
 #include "devices/virtio/blk/overlay_disk.h"
 #include "devices/virtio/blk/raw_image.h"
 

@@ -7,9 +7,9 @@
 #include <cstdio>
 #include <cstring>
 
-#include "devices/virtio/blk/file_io.h"
-#include "snapshot/crc32c.h"
 #include "base/fd.h"
+#include "base/file_io.h"
+#include "snapshot/crc32c.h"
 
 namespace torpor {
 namespace {

@@ -11,11 +11,11 @@
 #include <algorithm>
 #include <cstring>
 
+#include "base/fd.h"
+#include "base/file_io.h"
 #include "common/error.h"
-#include "devices/virtio/blk/file_io.h"
 #include "snapshot/crc32c.h"
 #include "snapshot/memory_layer_format.h"
-#include "base/fd.h"
 
 namespace torpor {
 

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "common/error.h"
-#include "devices/virtio/blk/file_io.h"
+#include "base/file_io.h"
 #include "snapshot/envelope.h"
 #include "snapshot/memory_layer.h"
 #include "snapshot/memory_layer_format.h"

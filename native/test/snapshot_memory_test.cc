@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "common/error.h"
-#include "devices/virtio/blk/file_io.h"
+#include "base/file_io.h"
 #include "snapshot/crc32c.h"
 #include "snapshot/memory_layer.h"
 #include "snapshot/memory_layer_format.h"

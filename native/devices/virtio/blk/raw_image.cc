@@ -8,8 +8,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "base/file_io.h"
 #include "common/error.h"
-#include "devices/virtio/blk/file_io.h"
 
 namespace torpor {
 

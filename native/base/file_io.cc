@@ -1,4 +1,4 @@
-#include "devices/virtio/blk/file_io.h"
+#include "base/file_io.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -43,10 +43,13 @@ int pwrite_all(int fd, const void* buf, size_t len, uint64_t off) {
   return 0;
 }
 
+std::string parent_dir(const std::string& path) {
+  size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+}
+
 int fsync_parent_dir(const char* path) {
-  std::string dir(path);
-  size_t slash = dir.rfind('/');
-  dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : dir.substr(0, slash));
+  const std::string dir = parent_dir(path);
   int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return -errno;
   int rc = ::fsync(fd) == 0 ? 0 : -errno;

@@ -1,10 +1,12 @@
-// Whole-buffer positional file I/O for the disk layers: loops over short
-// transfers and EINTR, returns 0 or -errno, never throws.
+// Whole-buffer positional file I/O (disk layers, snapshot files, durable
+// small files): loops over short transfers and EINTR, returns 0 or -errno,
+// never throws.
 #pragma once
 
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace torpor::file_io {
 
@@ -14,6 +16,8 @@ long long pread_upto(int fd, void* buf, size_t len, uint64_t off);
 // Reads exactly len bytes at off: -EIO when the file ends first.
 int pread_all(int fd, void* buf, size_t len, uint64_t off);
 int pwrite_all(int fd, const void* buf, size_t len, uint64_t off);
+// The directory holding `path`: "." for a bare name, "/" for one at the root.
+std::string parent_dir(const std::string& path);
 // fsync of the directory holding `path`, so a file created there survives a crash.
 int fsync_parent_dir(const char* path);
 
