@@ -10,6 +10,7 @@ import { join } from 'node:path';
 
 import { Sandbox } from '../lib/sandbox/sandbox.js';
 import { bootTestvm } from '../test/vmm-guests.js';
+import { homeFilesystem } from './machine.js';
 import { type BenchRow, formatTable, summarize } from './report.js';
 import { sampleThreadCpu, threadCpuSince } from './thread-cpu.js';
 import { testGuestSandbox } from './test-guest-sandbox.js';
@@ -32,8 +33,10 @@ export async function runForkBench(opts: { iterations?: number } = {}): Promise<
   const connect: number[] = [];
   const machineGuestCpu: number[] = [];
   const machineHostCpu: number[] = [];
+  const machineJsCpu: number[] = [];
   const forkGuestCpu: number[] = [];
   const forkHostCpu: number[] = [];
+  const forkJsCpu: number[] = [];
   for (let i = 0; i < n + 1; i++) {
     // The reference: the machine level, the same guest and size, a generation first.
     const m = await bootTestvm({ memoryMiB: 64 });
@@ -82,8 +85,10 @@ export async function runForkBench(opts: { iterations?: number } = {}): Promise<
           machineFork.push(machineMs);
           machineGuestCpu.push(machineCpu.guestMs);
           machineHostCpu.push(machineCpu.hostMs);
+          machineJsCpu.push(machineCpu.jsMs);
           forkGuestCpu.push(forkCpu.guestMs);
           forkHostCpu.push(forkCpu.hostMs);
+          forkJsCpu.push(forkCpu.jsMs);
         } else sandboxForkNet.push(forkMs);
       } finally {
         await Sandbox.kill(sbx.sandboxId).catch(() => false);
@@ -115,7 +120,26 @@ export async function runForkBench(opts: { iterations?: number } = {}): Promise<
     ...summarize(forkGuestCpu),
     note: `${guestNote} (the parent's SYNC; per child the transport reset, the connect, HELLO with RESUMED behind it)`,
   });
-  rows.push({ name: `sbx.fork(${CHILDREN}), network: false: CPU of every other thread (JS, thread pool, VMM)`, n, unit: 'ms', ...summarize(forkHostCpu) });
+  const home = homeFilesystem();
+  rows.push({
+    name: `sbx.fork(${CHILDREN}), network: false: CPU of every other thread (JS, thread pool, VMM)`,
+    n,
+    unit: 'ms',
+    ...summarize(forkHostCpu),
+    ...(home?.type === 'ext4' && home.journal === false
+      ? { note: `TORPOR_HOME is on ext4 without a journal: each of the ~7 inodes a child creates skips every inode deleted in the last minute (the earlier rounds' sandboxes), a scan a journaled ext4 does not make` }
+      : {}),
+  });
+  // One thread: a floor under the wall time on any host (JS runs at native speed on PVM too).
+  const js = summarize(forkJsCpu);
+  rows.push({ name: `machine.fork(${CHILDREN}): CPU of the JS thread`, n, unit: 'ms', ...summarize(machineJsCpu) });
+  rows.push({
+    name: `sbx.fork(${CHILDREN}), network: false: CPU of the JS thread`,
+    n,
+    unit: 'ms',
+    ...js,
+    note: `${(js.p50 / mf.p50).toFixed(2)}x the machine fork's wall: a floor under sbx.fork's wall on a hardware host too, where the guests' share is small (each child's directory, restore, agent client and socket, HELLO/RESUMED and meta.json are promise chains on this one thread)`,
+  });
   rows.push({ name: 'sbx.checkpoint(): the whole call (sync, diff capture, durable; the sandbox runs on)', n, unit: 'ms', ...summarize(checkpoint) });
   rows.push({ name: 'sbx.checkpoint(): the guest stopped for the capture', n, unit: 'ms', ...summarize(stopped) });
   rows.push({ name: 'sbx.checkpoint(): bytes its generation wrote', n, unit: 'KiB', ...summarize(written) });

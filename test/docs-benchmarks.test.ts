@@ -32,6 +32,8 @@ test("the page's figures are the JSON's: each row's p50 and p99 appear in its fa
 test('a result names its machine; one that does not is "machine not recorded", never a guess', () => {
   assert.is(machineOf({ date: '2026-01-01', rows: [] }), 'machine not recorded');
   assert.match(machineOf({ machine: { cpu: 'AMD EPYC', cores: 2, memoryGiB: 24, kernel: '6.18', kvm: 'pvm', node: 'v20' } }), /AMD EPYC, 2 cores, 24 GiB, Linux 6\.18, PVM host/);
+  const home = { type: 'ext4', journal: false };
+  assert.match(machineOf({ machine: { cpu: 'AMD EPYC', cores: 2, memoryGiB: 24, kernel: '6.18', kvm: 'pvm', node: 'v20', home } }), /PVM host[^,]*, TORPOR_HOME on ext4 without a journal, Node v20/);
   const fam = familyOf(SPECS.find((s) => s.id === 'sandbox')!, { date: '2026-01-02T00:00:00Z', rows: [{ name: 'x', n: 3, unit: 'ms', p50: 1.5 }] });
   assert.is(fam.machine, 'machine not recorded');
   assert.equal(fam.figures, [{ name: 'x', unit: 'ms', n: 3, p50: 1.5 }]);

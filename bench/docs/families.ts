@@ -41,7 +41,9 @@ export function machineOf(json: Json, withLoad = true): string {
   if (m && typeof m === 'object') {
     const kvm = KVM_KINDS[str(m.kvm) ?? ''] ?? 'KVM kind not recorded';
     const load = withLoad && Array.isArray(m.loadAverage) ? `, load average ${m.loadAverage[0]} -> ${m.loadAverage[1]}` : '';
-    return `${str(m.cpu) ?? 'unknown CPU'}, ${m.cores} cores, ${m.memoryGiB} GiB, Linux ${str(m.kernel) ?? '?'}, ${kvm}, Node ${str(m.node) ?? '?'}${load}`;
+    const home = m.home as Json | undefined;
+    const fs = home && str(home.type) ? `, TORPOR_HOME on ${str(home.type)}${home.journal === false ? ' without a journal' : home.journal === true ? ' with a journal' : ''}` : '';
+    return `${str(m.cpu) ?? 'unknown CPU'}, ${m.cores} cores, ${m.memoryGiB} GiB, Linux ${str(m.kernel) ?? '?'}, ${kvm}${fs}, Node ${str(m.node) ?? '?'}${load}`;
   }
   const parts: string[] = [];
   // Older benches wrote `host`: a kernel line (x64 ...) or a bare hostname ('vm' says nothing).

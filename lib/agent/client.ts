@@ -2,7 +2,6 @@
 // agent on the host, or a vsock socket into a VM). Multiplexes requests as streams, keeps request
 // ids, and, when given a way to dial again, survives a transport reset by re-asking what was in
 // flight (the agent remembers request ids, so nothing runs twice).
-import { randomBytes } from 'node:crypto';
 import type { Duplex } from 'node:stream';
 
 import { TorporError, abortError } from '../errors.js';
@@ -11,6 +10,7 @@ import type { Fields, FieldWriter } from './fields.js';
 import type { Frame } from './frame.js';
 import { Feature } from './protocol.js';
 import { RequestStream, requestName, type StreamHandler, type StreamHost } from './stream.js';
+import { randomBytes } from '../random.js';
 
 /** Opens a new transport to the agent (a vsock or Unix socket); a client that reconnects calls it again. */
 export type Dial = () => Promise<Duplex>;

@@ -1,13 +1,13 @@
 // One transport (a Duplex byte stream: a Unix socket or a vsock socket) carrying frames.
 // It owns the decoder, the socket's write-side backpressure and the HELLO handshake; streams and
 // request bookkeeping live in AgentClient, which may replace a Connection after a reconnect.
-import { randomBytes } from 'node:crypto';
 import type { Duplex } from 'node:stream';
 
 import { TorporError, createError } from '../errors.js';
 import { Fields, FieldWriter, ProtocolError } from './fields.js';
 import { encodeFrame, FrameDecoder, type Frame } from './frame.js';
 import { CLIENT_FEATURES, FLAG_END, FrameType, PROTOCOL_VERSION } from './protocol.js';
+import { randomBytes } from '../random.js';
 
 /** What an agent announces in HELLO. */
 export interface AgentHello {

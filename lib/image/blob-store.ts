@@ -8,7 +8,7 @@
 // takes over an interrupted one by renaming <hex>.partial (or a dead process's private name) to
 // its own, which only one process can win. Two processes fetching one blob at once at worst both
 // download it; the renames into place are of identical bytes.
-import { createHash, randomBytes, type Hash } from 'node:crypto';
+import { createHash, type Hash } from 'node:crypto';
 import { createReadStream } from 'node:fs';
 import { chmod, mkdir, open, readdir, rename, rm, stat, type FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -18,6 +18,7 @@ import { fsyncPath } from '../store/fsync.js';
 import { torporHome } from '../store/home.js';
 import { processAlive } from '../store/process-alive.js';
 import type { ImageProgress } from './types.js';
+import { randomHex } from '../random.js';
 
 const DIGEST = /^sha256:([a-f0-9]{64})$/;
 
@@ -100,7 +101,7 @@ export class BlobStore {
   }
 
   private tempName(prefix: string): string {
-    return join(this.dir, `${prefix}.${process.pid}.${randomBytes(6).toString('hex')}`);
+    return join(this.dir, `${prefix}.${process.pid}.${randomHex(6)}`);
   }
 
   /**

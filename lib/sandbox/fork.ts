@@ -14,7 +14,6 @@
 //      meta.json, once it runs (no 'starting' one for a start of milliseconds), and RESUMED
 //      written behind the HELLO (the child's agent is the parent's, its HELLO known).
 // The fork base goes when the last sandbox using it is killed (or by `torpor prune`).
-import { randomBytes } from 'node:crypto';
 import { copyFile, link, mkdir, readdir, rm, stat } from 'node:fs/promises';
 import { dirname, isAbsolute, join } from 'node:path';
 
@@ -25,6 +24,7 @@ import { readGenerationFiles, writeCurrent } from '../store/snapshot-files.js';
 import { startInNewDir, type NewSandbox } from './create.js';
 import { restoreInto } from './template-start.js';
 import type { TemplateBuild } from './template.js';
+import { randomHex } from '../random.js';
 
 /** Where fork bases live: under templates/, so that sandboxes may name their layers (meta.json
  *  accepts a template's layers by absolute path), in a directory no template name can take. */
@@ -36,7 +36,7 @@ export function forksRoot(home?: string): string {
  *  where the filesystem cannot link) into a new directory whose `current` names it. */
 export async function makeForkBase(parent: SandboxDir, generation: number, mac: string): Promise<TemplateBuild> {
   const files = readGenerationFiles(parent.snapshots, generation);
-  const base = join(forksRoot(), `f-${Date.now()}-${randomBytes(4).toString('hex')}`);
+  const base = join(forksRoot(), `f-${Date.now()}-${randomHex(4)}`);
   const own = (p: string) => !isAbsolute(p);
   const wanted = [files.manifest, files.state, ...files.memoryLayers, ...(files.disks ?? []).flat().flatMap((p) => [p, `${p}.map`])].filter(own);
   try {

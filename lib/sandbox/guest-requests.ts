@@ -3,13 +3,12 @@
 // after the rendezvous, before any other request, so the guest's clock, RNG and identity
 // (hostname, machine-id, MAC: identity.ts) are right before a user command runs. GROW_FS after
 // a restore into a larger disk.
-import { randomBytes } from 'node:crypto';
-
 import type { AgentClient } from '../agent/client.js';
 import { InvalidArgumentError, TimeoutError } from '../errors.js';
 import { FieldWriter } from '../agent/fields.js';
 import { FrameType } from '../agent/protocol.js';
 import type { GuestIdentity } from './identity.js';
+import { randomBytes } from '../random.js';
 
 /** Bytes of fresh entropy a RESUMED carries (the kernel's CRNG is reseeded from them). */
 export const RESUMED_ENTROPY_BYTES = 64;

@@ -17,7 +17,7 @@
 // layers by absolute path. One that cannot be restored any more (SNAPSHOT_INVALID: a changed
 // file; SNAPSHOT_INCOMPATIBLE: another host) is replaced by a new build beside it (`current`
 // switched), so sandboxes still using the old one keep their files.
-import { randomBytes, createHash } from 'node:crypto';
+import { createHash } from 'node:crypto';
 import { chmod, mkdir, open, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 
@@ -33,6 +33,7 @@ import { syncGuest } from './guest-requests.js';
 import { GuestRun } from './guest-run.js';
 import { guestMachineOptions } from './readiness.js';
 import { UndoStack } from './undo-stack.js';
+import { randomHex } from '../random.js';
 
 /** What a template is booted with: the inputs its key hashes. */
 export interface TemplateInputs {
@@ -141,7 +142,7 @@ export async function freeze(dir: string): Promise<void> {
  * temporary directory beside the builds and renames it into place. Returns the build's name.
  */
 async function build(inputs: TemplateInputs, root: string, key: string, bootTimeoutMs: number): Promise<string> {
-  const buildName = `b-${Date.now()}-${randomBytes(4).toString('hex')}`;
+  const buildName = `b-${Date.now()}-${randomHex(4)}`;
   const tmp = join(root, `.tmp-${buildName}-${process.pid}`);
   await mkdir(tmp, { recursive: true });
   const mac = inputs.net ? macFor(`template:${inputs.name}:${key}`) : '';
@@ -179,7 +180,7 @@ async function warmUp(client: AgentClient): Promise<void> {
 }
 
 async function switchCurrent(root: string, buildName: string): Promise<void> {
-  const tmp = join(root, `current.${process.pid}.${randomBytes(3).toString('hex')}.tmp`);
+  const tmp = join(root, `current.${process.pid}.${randomHex(3)}.tmp`);
   const fh = await open(tmp, 'w');
   try {
     await fh.writeFile(buildName + '\n');

@@ -9,7 +9,6 @@
 // made read-only. A damaged artifact (or a directory that lost its manifest)
 // is moved aside and rebuilt as new files, never handed to a VMM; a machine
 // still holding the old files open keeps them (unlinked, not rewritten).
-import { randomBytes } from 'node:crypto';
 import { chmod, lstat, mkdir, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 
@@ -18,6 +17,7 @@ import { headHash, sha256, sha256File } from './hash.js';
 import { acquireLock } from './lock.js';
 import { fsyncPath } from './fsync.js';
 import { processAlive } from './process-alive.js';
+import { randomHex } from '../random.js';
 
 export const MANIFEST = 'manifest.json';
 const MANIFEST_VERSION = 1;
@@ -263,7 +263,7 @@ async function ensureArtifactInner(spec: ArtifactSpec, options: ArtifactOptions)
     if (again.ok) return { dir, key, manifest: again.manifest, built: false };
 
     await sweepDeadBuilds(kindDir);
-    const tag = `${key.slice(0, 12)}-${process.pid}-${randomBytes(4).toString('hex')}`;
+    const tag = `${key.slice(0, 12)}-${process.pid}-${randomHex(4)}`;
     if (again.exists) {
       options.onDamaged?.(dir, again.reason);
       // Move it aside first: the rename is atomic, so no reader sees a half-deleted artifact.

@@ -1,9 +1,9 @@
 // Durable writes: fsync of a file or a directory (a directory after a rename in it, so the rename
 // is durable), and a small file replaced whole (meta.json, a snapshot directory's `current`).
-import { randomBytes } from 'node:crypto';
 import { open } from 'node:fs/promises';
 
 import { loadNative } from '../native.js';
+import { randomHex } from '../random.js';
 
 export async function fsyncPath(path: string, flags = 'r'): Promise<void> {
   const fh = await open(path, flags);
@@ -18,7 +18,7 @@ export async function fsyncPath(path: string, flags = 'r'): Promise<void> {
  *  one process never share one), `<name>.<pid>.<hex>.tmp`: what a sweep of a dead process's
  *  temporaries looks for (SandboxDir.dropStaleMetaTemps). */
 export function tempBeside(path: string): string {
-  return `${path}.${process.pid}.${randomBytes(3).toString('hex')}.tmp`;
+  return `${path}.${process.pid}.${randomHex(3)}.tmp`;
 }
 
 /**

@@ -9,7 +9,6 @@
 //
 // meta.json is rewritten whole (temporary file, fsync, rename), so a reader sees the old or the
 // new one. It is data on disk like any other: its shape is checked before a field is used.
-import { randomBytes } from 'node:crypto';
 import { closeSync, fsyncSync, openSync, renameSync, writeSync } from 'node:fs';
 import { lstat, mkdir, readdir, readFile, rename, rm, stat, unlink } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
@@ -22,6 +21,7 @@ import { currentGenerationOf } from './snapshot-files.js';
 import { frozenDiskTop, generationDiskLayers, metaPathIn } from './generations.js';
 import { processAlive } from './process-alive.js';
 import { isSandboxState, type SandboxState } from './sandbox-state.js';
+import { randomHex } from '../random.js';
 
 /** What a sandbox's lifecycle timeout does: pause it (it then costs disk only) or kill it. */
 export type OnTimeout = 'pause' | 'kill';
@@ -103,7 +103,7 @@ export interface SandboxMeta {
 const ID_PATTERN = /^sbx_[0-9a-f]{16}$/;
 
 export function newSandboxId(): string {
-  return `sbx_${randomBytes(8).toString('hex')}`;
+  return `sbx_${randomHex(8)}`;
 }
 
 export function checkSandboxId(id: unknown): string {
@@ -268,7 +268,7 @@ export class SandboxDir {
   }
 
   bootTop(generation: number): string {
-    return join(this.snapshots, 'tops', `disk0-boot${generation}-${process.pid}-${randomBytes(4).toString('hex')}.overlay`);
+    return join(this.snapshots, 'tops', `disk0-boot${generation}-${process.pid}-${randomHex(4)}.overlay`);
   }
 
   async exists(): Promise<boolean> {
@@ -414,7 +414,7 @@ export class SandboxDir {
 
   async remove(): Promise<void> {
     // Renamed aside first: a reader never sees half a directory under the sandbox's name.
-    const aside = join(this.path, '..', `.removing-${this.id}-${randomBytes(3).toString('hex')}`);
+    const aside = join(this.path, '..', `.removing-${this.id}-${randomHex(3)}`);
     try {
       await rename(this.path, aside);
     } catch (err) {

@@ -9,7 +9,7 @@
 //   from a template: its build -> steps -> capture (its layers stay shared)
 //
 // A template without steps is its parent's build with a record of its own (defaults, name).
-import { randomBytes, createHash } from 'node:crypto';
+import { createHash } from 'node:crypto';
 import { mkdir, rename, rm, stat } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 
@@ -42,6 +42,7 @@ import {
 } from './record.js';
 import { checkResources, DEFAULT_CPU, DEFAULT_FREE_DISK_MB, DEFAULT_MEMORY_MB, type ResourcesOpts } from './resources.js';
 import { checkSteps, runSteps, type StepProgress, type TemplateStep } from './steps.js';
+import { randomHex } from '../random.js';
 
 /** One progress report of {@link Template.build}: an image's fetch ({@link ImageProgress}), then the boot, each step, the capture. */
 export type TemplateBuildProgress =
@@ -250,7 +251,7 @@ async function captureSteps(
 ): Promise<{ build: TemplateRecord['build']; defaults: TemplateDefaults }> {
   const builds = join(userTemplateDir(opts.name), 'builds');
   await mkdir(builds, { recursive: true });
-  const buildName = `b-${Date.now()}-${randomBytes(4).toString('hex')}`;
+  const buildName = `b-${Date.now()}-${randomHex(4)}`;
   const tmp = join(builds, `.tmp-${buildName}-${process.pid}`);
   await mkdir(tmp, { recursive: true });
   const undo = new UndoStack();

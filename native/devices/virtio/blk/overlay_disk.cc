@@ -71,8 +71,9 @@ OverlayDisk::OverlayDisk(std::unique_ptr<Disk> lower, const std::string& data_pa
       if (!read_only_) {
         if (::ftruncate(data_fd_, 0) != 0 || ::ftruncate(data_fd_, static_cast<off_t>(size_)) != 0)
           throw_sys_error(code::kIo, "size overlay " + data_path);
-        int rc = file_io::fsync_parent_dir(data_path.c_str());
-        if (rc < 0) throw_sys_error(code::kIo, "sync directory of " + data_path, -rc);
+        // Their entries are made durable by the first flush (sync_new_files), through this fd.
+        new_files_dir_fd_ = ::open(file_io::parent_dir(data_path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (new_files_dir_fd_ < 0) throw_sys_error(code::kIo, "open the directory of " + data_path);
       }
     } else if (static_cast<uint64_t>(st.st_size) != size_) {
       throw Error(code::kIo, "overlay " + data_path + " does not match its map (size " + std::to_string(st.st_size) +
@@ -81,6 +82,7 @@ OverlayDisk::OverlayDisk(std::unique_ptr<Disk> lower, const std::string& data_pa
   } catch (...) {
     if (data_fd_ >= 0) ::close(data_fd_);
     if (map_fd_ >= 0) ::close(map_fd_);
+    if (new_files_dir_fd_ >= 0) ::close(new_files_dir_fd_);
     throw;
   }
 }
@@ -88,6 +90,7 @@ OverlayDisk::OverlayDisk(std::unique_ptr<Disk> lower, const std::string& data_pa
 OverlayDisk::~OverlayDisk() {
   if (data_fd_ >= 0) ::close(data_fd_);
   if (map_fd_ >= 0) ::close(map_fd_);
+  if (new_files_dir_fd_ >= 0) ::close(new_files_dir_fd_);
 }
 
 void OverlayDisk::load_map(const std::string& map_file) {
@@ -258,7 +261,20 @@ int OverlayDisk::flush() {
     if (::fdatasync(data_fd_) != 0) return -errno;
     data_dirty_ = false;
   }
-  return map_dirty_ ? persist_map() : 0;
+  if (!map_dirty_) return 0;
+  if (int rc = sync_new_files(); rc < 0) return rc;
+  return persist_map();
+}
+
+// Before the first map slot lands: the data file's size and both files' directory entries. A
+// crash before this leaves at worst no files, or files with no valid slot: a fresh overlay. A
+// valid slot never lands where its data file could be missing or unsized.
+int OverlayDisk::sync_new_files() {
+  if (new_files_dir_fd_ < 0) return 0;
+  if (::fdatasync(data_fd_) != 0 || ::fsync(new_files_dir_fd_) != 0) return -errno;
+  ::close(new_files_dir_fd_);
+  new_files_dir_fd_ = -1;
+  return 0;
 }
 
 int OverlayDisk::persist_map() {

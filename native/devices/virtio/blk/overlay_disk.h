@@ -11,7 +11,13 @@
 // from the lower disk. flush() = fdatasync(data), write the map slot,
 // fdatasync(map): after it returns, everything written before it survives a
 // crash; blocks written after the last flush may be lost (the map does not
-// point at them yet), never half-visible.
+// point at them yet), never half-visible. A new overlay's files reach the
+// disk's directory at its first flush (fsync of the directory, before the
+// first map slot), not when they are created: until then a crash may lose
+// them, which loses nothing the guest was promised (a missing overlay opens
+// as a fresh one), and a restore does not wait for a directory sync. The
+// directory is opened when the files are created and kept until then: a
+// flush runs on a device thread whose seccomp filter refuses openat.
 //
 // Not thread-safe: the virtio-blk device calls it under its transport's lock.
 #pragma once
@@ -71,6 +77,7 @@ class OverlayDisk final : public Disk {
   void mark(uint64_t first_block, uint64_t count);
   int read_lower(uint64_t offset, uint8_t* dst, size_t len);
   int persist_map();
+  int sync_new_files();
   void load_map(const std::string& map_file);
 
   std::unique_ptr<Disk> lower_;
@@ -84,6 +91,9 @@ class OverlayDisk final : public Disk {
   uint64_t generation_ = 0;
   bool data_dirty_ = false;
   bool map_dirty_ = false;
+  // The directory of files this overlay created, whose entries are not known to be on disk
+  // yet: fsynced and closed at the first flush (sync_new_files); -1 once done, or never needed.
+  int new_files_dir_fd_ = -1;
 };
 
 }  // namespace torpor

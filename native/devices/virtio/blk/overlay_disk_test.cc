@@ -152,6 +152,41 @@ TEST("overlay: flush persists; reopen sees flushed writes, not unflushed ones") 
   CHECK(static_cast<uint64_t>(st.st_blocks) * 512 <= 4 * kBlock);
 }
 
+// Its files reach the directory at the first flush, not at creation: files lost before it (a
+// crash took their entries) reopen as a fresh overlay. The flush syncs the directory through a
+// descriptor taken at creation (a device thread may not open one): a directory renamed meanwhile
+// is still the one synced, and the data reopens at its new path.
+TEST("overlay: files lost before the first flush reopen fresh; the first flush syncs the directory it was created in") {
+  TempDir d;
+  auto base = pattern(4 * kBlock, 9);
+  write_file(d.file("base.img"), base);
+  auto a = pattern(kBlock, 0x31);
+  {
+    auto disk = open_overlay(d, 4 * kBlock);
+    CHECK_EQ(disk->write(0, a.data(), kBlock), 0);
+  }
+  CHECK_EQ(::unlink(d.file("overlay").c_str()), 0);
+  CHECK_EQ(::unlink(OverlayDisk::map_path(d.file("overlay")).c_str()), 0);
+  {
+    auto disk = open_overlay(d, 4 * kBlock);
+    CHECK(read_disk(*disk, 0, kBlock) == std::vector<uint8_t>(base.begin(), base.begin() + kBlock));
+    CHECK_EQ(disk->write(0, a.data(), kBlock), 0);
+    CHECK_EQ(disk->flush(), 0);
+  }
+  CHECK(read_disk(*open_overlay(d, 4 * kBlock), 0, kBlock) == a);
+
+  TempDir moved;
+  std::string sub = moved.file("tops"), renamed = moved.file("tops-renamed");
+  CHECK_EQ(::mkdir(sub.c_str(), 0755), 0);
+  auto top = std::make_unique<OverlayDisk>(nullptr, sub + "/top", 4 * kBlock);
+  CHECK_EQ(::rename(sub.c_str(), renamed.c_str()), 0);
+  CHECK_EQ(top->write(kBlock, a.data(), kBlock), 0);
+  CHECK_EQ(top->flush(), 0);
+  top.reset();
+  OverlayDisk again(nullptr, renamed + "/top", 4 * kBlock, /*read_only=*/true);
+  CHECK(read_disk(again, kBlock, kBlock) == a);
+}
+
 TEST("overlay: a torn latest map slot falls back to the previous generation") {
   TempDir d;
   write_file(d.file("base.img"), pattern(4 * kBlock, 1));
