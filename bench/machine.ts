@@ -1,6 +1,6 @@
 // The machine a benchmark ran on, recorded in every bench/results/*.json: a figure means
 // nothing without it (a PVM host emulates what a hardware host runs natively).
-import { existsSync, readdirSync, readFileSync, realpathSync } from 'node:fs';
+import { existsSync, readFileSync, realpathSync } from 'node:fs';
 import { cpus, hostname, loadavg, release, totalmem } from 'node:os';
 
 import { detectHost } from '../lib/setup/host.js';
@@ -26,15 +26,25 @@ export interface MachineRecord {
 export interface HomeFilesystem {
   /** As /proc/self/mountinfo names it (ext4, xfs, tmpfs, ...). */
   type: string;
-  /** ext4 only: whether it has a journal (a jbd2 entry under /proc/fs/jbd2). Without one, every
-   *  inode ext4 allocates skips the inodes deleted in the last minute or more (its
-   *  recently_deleted check, which reads each one's deletion time): creating files right after
-   *  many were removed, as a bench's rounds do, costs CPU that a journaled ext4 does not spend. */
+  /** ext4 only, where /proc/fs/ext4 tells: whether it has a journal (its options name a data=
+   *  mode only then). Without one, every inode ext4 allocates skips the inodes deleted in the
+   *  last minute or more (its recently_deleted check, which reads each one's deletion time):
+   *  creating files right after many were removed, as a bench's rounds do, costs CPU that a
+   *  journaled ext4 does not spend. */
   journal?: boolean;
 }
 
-/** The filesystem `path` (default TORPOR_HOME, or the nearest directory above it that exists) is on. */
+/** The filesystem `path` (default TORPOR_HOME, or the nearest directory above it that exists) is
+ *  on; undefined where /proc does not say. */
 export function homeFilesystem(path = torporHome()): HomeFilesystem | undefined {
+  try {
+    return filesystemOf(path);
+  } catch {
+    return undefined; // a record without it, never a failed bench
+  }
+}
+
+function filesystemOf(path: string): HomeFilesystem | undefined {
   let real = path;
   for (;;) {
     try {
@@ -46,29 +56,36 @@ export function homeFilesystem(path = torporHome()): HomeFilesystem | undefined 
       real = up;
     }
   }
-  let best: { point: string; type: string; source: string; majorMinor: string } | undefined;
+  // mountinfo escapes space, tab, newline and backslash in paths as \ooo.
+  const unescape = (p: string) => p.replace(/\\([0-7]{3})/g, (_m, o: string) => String.fromCharCode(parseInt(o, 8)));
+  let best: { point: string; type: string; majorMinor: string } | undefined;
   for (const line of readFileSync('/proc/self/mountinfo', 'utf8').split('\n')) {
-    // id parent major:minor root mountpoint options ... - type source superoptions
+    // id parent major:minor root mountpoint options [optional fields] - type source superoptions
     const [pre, post] = line.split(' - ');
     const f = pre?.split(' ');
     const g = post?.split(' ');
     if (!f || !g || f.length < 5 || g.length < 2) continue;
-    const point = f[4]!.replace(/\\040/g, ' ');
+    const point = unescape(f[4]!);
     const inside = point === '/' || real === point || real.startsWith(point + '/');
-    if (inside && (!best || point.length >= best.point.length)) best = { point, type: g[0]!, source: g[1]!, majorMinor: f[2]! };
+    if (inside && (!best || point.length >= best.point.length)) best = { point, type: g[0]!, majorMinor: f[2]! };
   }
   if (!best) return undefined;
   if (best.type !== 'ext4') return { type: best.type };
-  // The block device's kernel name (vda, loop0, nvme0n1p2): jbd2 names its journal <name>-8.
-  let dev = best.source.replace(/^\/dev\//, '');
+  // The block device's kernel name (vda, loop0, nvme0n1p2, dm-0), as /proc/fs/ext4 names it.
+  let dev: string | undefined;
   try {
-    const uevent = readFileSync(`/sys/dev/block/${best.majorMinor}/uevent`, 'utf8');
-    dev = /^DEVNAME=(.+)$/m.exec(uevent)?.[1] ?? dev;
+    dev = /^DEVNAME=(.+)$/m.exec(readFileSync(`/sys/dev/block/${best.majorMinor}/uevent`, 'utf8'))?.[1];
   } catch {
-    // no sysfs entry: the mount's source name
+    // no sysfs entry (btrfs's anonymous devices, a container): journal unknown
   }
-  const journals = existsSync('/proc/fs/jbd2') ? readdirSync('/proc/fs/jbd2') : [];
-  return { type: 'ext4', journal: journals.some((j) => j.startsWith(`${dev}-`)) };
+  const options = dev ? `/proc/fs/ext4/${dev}/options` : '';
+  if (!dev || !existsSync(options)) return { type: 'ext4' };
+  return { type: 'ext4', journal: /^data=/m.test(readFileSync(options, 'utf8')) };
+}
+
+function withHome(): { home?: HomeFilesystem } {
+  const home = homeFilesystem();
+  return home ? { home } : {};
 }
 
 export function machineRecord(loadAtStart?: number): MachineRecord {
@@ -87,11 +104,6 @@ export function machineRecord(loadAtStart?: number): MachineRecord {
     ...withHome(),
     ...(loadAtStart === undefined ? {} : { loadAverage: [round(loadAtStart), round(loadavg()[0]!)] as [number, number] }),
   };
-}
-
-function withHome(): { home?: HomeFilesystem } {
-  const home = homeFilesystem();
-  return home ? { home } : {};
 }
 
 const round = (x: number) => Math.round(x * 100) / 100;

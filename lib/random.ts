@@ -2,8 +2,8 @@
 // ids, a RESUMED's entropy), handed out from a pool the CSPRNG refills 4 KiB at a time. A
 // synchronous crypto.randomBytes() is a crypto job of its own: ~30 us when called now and then
 // (measured on the PVM host; ~5 us in a tight loop), and a fork's child drew five of them on the
-// JS thread. Node's randomUUID() pools the same way. Every byte is handed out once and copied
-// out of the pool, so no two callers share bytes and no caller can change another's.
+// JS thread. Node's randomUUID() pools the same way. Every byte is handed out once, copied out
+// of the pool and zeroed there, so no two callers share bytes and none stays behind.
 import { randomFillSync } from 'node:crypto';
 
 const POOL_BYTES = 4096;
@@ -20,6 +20,7 @@ export function randomBytes(n: number): Buffer {
   }
   const out = Buffer.allocUnsafe(n);
   pool.copy(out, 0, next, next + n);
+  pool.fill(0, next, next + n); // a RESUMED's entropy is the guest's alone: not left in the pool
   next += n;
   return out;
 }

@@ -164,4 +164,26 @@ test('SandboxDir.writeMeta replaces meta.json whole, leaves no temporary, and a 
   }
 });
 
+test("SandboxDir.adoptDeadOwnerTop: a dead owner's flushed top moves into layers/; a top never flushed (empty map) or without a map is left out", async () => {
+  const home = await mkdtemp(join(tmpdir(), 'torpor-sbxdir-'));
+  try {
+    const dir = new SandboxDir(newSandboxId(), home);
+    await dir.create();
+    const tops = join(dir.snapshots, 'tops');
+    await mkdir(tops, { recursive: true });
+    const top = (name: string, map: string | null) =>
+      Promise.all([writeFile(join(tops, name), 'data'), map === null ? undefined : writeFile(join(tops, `${name}.map`), map)]);
+    await top('disk0-r3-4242-0.overlay', ''); // never flushed
+    await top('disk0-r3-4242-1.overlay', null); // its map lost
+    assert.is(await dir.adoptDeadOwnerTop(3, 4242), null);
+    await top('disk0-r3-4242-2.overlay', 'slot');
+    const adopted = await dir.adoptDeadOwnerTop(3, 4242);
+    assert.is(adopted, join(dir.snapshots, 'layers', 'disk0-recovered-g3-4242.overlay'));
+    assert.is(await readFile(`${adopted!}.map`, 'utf8'), 'slot');
+    assert.equal((await readdir(tops)).sort(), ['disk0-r3-4242-0.overlay', 'disk0-r3-4242-0.overlay.map', 'disk0-r3-4242-1.overlay']);
+  } finally {
+    await rm(home, { recursive: true, force: true });
+  }
+});
+
 test.run();

@@ -256,7 +256,11 @@ export class SandboxDir {
     for (const name of await readdir(tops).catch(() => [] as string[])) {
       if (!pattern.test(name)) continue;
       const st = await stat(join(tops, name)).catch(() => null);
-      if (!st || !(await stat(join(tops, `${name}.map`)).catch(() => null))) continue;
+      // A top never flushed has an empty map: nothing in it was promised to the guest (reads go
+      // to the layers below), and after a host crash its files may be there only in part (the
+      // addon syncs a new top's directory at its first flush): not worth a layer, nor a failure.
+      const map = await stat(join(tops, `${name}.map`)).catch(() => null);
+      if (!st || !map || map.size === 0) continue;
       if (!best || st.mtimeMs > best.mtime) best = { name, mtime: st.mtimeMs };
     }
     if (!best) return null;

@@ -63,11 +63,13 @@ int virtio_blk_push_overlay(VirtioMmioDevice& dev, const std::string& path) {
   } catch (const Error& e) {
     return -(e.sys_errno() ? e.sys_errno() : EIO);
   }
+  auto* old_top = dynamic_cast<OverlayDisk*>(&blk->disk());
   try {
     blk->set_disk(std::make_unique<OverlayDisk>(blk->take_disk(), path, size));
   } catch (const Error& e) {
     return -(e.sys_errno() ? e.sys_errno() : EIO);
   }
+  if (old_top) old_top->freeze();  // the new top's lower now: never written again
   return 0;
 }
 

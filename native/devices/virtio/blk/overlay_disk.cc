@@ -266,6 +266,12 @@ int OverlayDisk::flush() {
   return persist_map();
 }
 
+void OverlayDisk::freeze() {
+  read_only_ = true;
+  if (new_files_dir_fd_ >= 0) ::close(new_files_dir_fd_);
+  new_files_dir_fd_ = -1;
+}
+
 // Before the first map slot lands: the data file's size and both files' directory entries. A
 // crash before this leaves at worst no files, or files with no valid slot: a fresh overlay. A
 // valid slot never lands where its data file could be missing or unsized.

@@ -57,6 +57,11 @@ class OverlayDisk final : public Disk {
   // below again and stops using host disk space. Partial blocks are kept.
   int discard(uint64_t offset, uint64_t len) override;
 
+  // No more writes (a capture freezes this top under a new one), after a flush: a top never
+  // written lets go of the directory it kept for its first flush; it holds nothing to make
+  // durable, and a frozen layer keeps two fds, not three.
+  void freeze();
+
   static std::string map_path(const std::string& data_path) { return data_path + ".map"; }
   // False past the overlay's last block: a chain's layers may have different
   // sizes (a disk grown beyond its template), and a merge asks every layer.

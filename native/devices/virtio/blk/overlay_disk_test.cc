@@ -187,6 +187,35 @@ TEST("overlay: files lost before the first flush reopen fresh; the first flush s
   CHECK(read_disk(again, kBlock, kBlock) == a);
 }
 
+// A capture freezes the top under a new one: no more writes, and a top never written lets go of
+// the directory it held for a first flush (a frozen layer holds its two files, nothing more).
+TEST("overlay: freeze refuses writes and lets go of the directory a never-flushed top held") {
+  TempDir d;
+  auto open_under = [&]() {
+    size_t n = 0;
+    for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+      std::error_code ec;
+      auto target = std::filesystem::read_symlink(e.path(), ec);
+      if (!ec && (target.string() == d.path || target.string().rfind(d.path + "/", 0) == 0)) n++;
+    }
+    return n;
+  };
+  auto a = pattern(kBlock, 0x44);
+  OverlayDisk top(nullptr, d.file("top"), 4 * kBlock);
+  CHECK_EQ(open_under(), size_t{3});  // data, map, and the directory for the first flush
+  top.freeze();
+  CHECK_EQ(open_under(), size_t{2});
+  CHECK_EQ(top.write(0, a.data(), kBlock), -EROFS);
+  CHECK_EQ(top.flush(), 0);
+  CHECK(top.read_only());
+
+  OverlayDisk written(nullptr, d.file("written"), 4 * kBlock);
+  CHECK_EQ(written.write(0, a.data(), kBlock), 0);
+  CHECK_EQ(written.flush(), 0);  // the first flush synced the directory and closed it
+  written.freeze();
+  CHECK(read_disk(written, 0, kBlock) == a);
+}
+
 TEST("overlay: a torn latest map slot falls back to the previous generation") {
   TempDir d;
   write_file(d.file("base.img"), pattern(4 * kBlock, 1));
