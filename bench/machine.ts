@@ -4,6 +4,7 @@ import { existsSync, readFileSync, realpathSync } from 'node:fs';
 import { cpus, hostname, loadavg, release, totalmem } from 'node:os';
 
 import { detectHost } from '../lib/setup/host.js';
+import { readMountsSync, type Mount } from '../lib/host/mounts.js';
 import { torporHome } from '../lib/store/home.js';
 
 export interface MachineRecord {
@@ -56,21 +57,14 @@ function filesystemOf(path: string): HomeFilesystem | undefined {
       real = up;
     }
   }
-  // mountinfo escapes space, tab, newline and backslash in paths as \ooo.
-  const unescape = (p: string) => p.replace(/\\([0-7]{3})/g, (_m, o: string) => String.fromCharCode(parseInt(o, 8)));
-  let best: { point: string; type: string; majorMinor: string } | undefined;
-  for (const line of readFileSync('/proc/self/mountinfo', 'utf8').split('\n')) {
-    // id parent major:minor root mountpoint options [optional fields] - type source superoptions
-    const [pre, post] = line.split(' - ');
-    const f = pre?.split(' ');
-    const g = post?.split(' ');
-    if (!f || !g || f.length < 5 || g.length < 2) continue;
-    const point = unescape(f[4]!);
-    const inside = point === '/' || real === point || real.startsWith(point + '/');
-    if (inside && (!best || point.length >= best.point.length)) best = { point, type: g[0]!, majorMinor: f[2]! };
+  // The deepest mount holding it (the later of two at one point: the one on top).
+  let best: Mount | undefined;
+  for (const m of readMountsSync()) {
+    const inside = m.point === '/' || real === m.point || real.startsWith(m.point + '/');
+    if (inside && m.type && (!best || m.point.length >= best.point.length)) best = m;
   }
   if (!best) return undefined;
-  if (best.type !== 'ext4') return { type: best.type };
+  if (best.type !== 'ext4') return { type: best.type! };
   // The block device's kernel name (vda, loop0, nvme0n1p2, dm-0), as /proc/fs/ext4 names it.
   let dev: string | undefined;
   try {

@@ -18,13 +18,13 @@
 // file; SNAPSHOT_INCOMPATIBLE: another host) is replaced by a new build beside it (`current`
 // switched), so sandboxes still using the old one keep their files.
 import { createHash } from 'node:crypto';
-import { chmod, mkdir, open, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 
 import type { AgentClient } from '../agent/client.js';
 import { TorporError } from '../errors.js';
 import { macFor, type ResolvedNetwork } from '../net/options.js';
-import { fsyncPath } from '../store/fsync.js';
+import { fsyncPath, replaceFileDurably } from '../store/fsync.js';
 import { homeLayout, torporHome } from '../store/home.js';
 import { acquireLock } from '../store/lock.js';
 import { isPlainRelativePath } from '../store/snapshot-files.js';
@@ -179,17 +179,8 @@ async function warmUp(client: AgentClient): Promise<void> {
   for (const command of WARM_UP) await commands.run(command, { timeoutMs: WARM_UP_TIMEOUT_MS }).catch(() => undefined);
 }
 
-async function switchCurrent(root: string, buildName: string): Promise<void> {
-  const tmp = join(root, `current.${process.pid}.${randomHex(3)}.tmp`);
-  const fh = await open(tmp, 'w');
-  try {
-    await fh.writeFile(buildName + '\n');
-    await fh.sync();
-  } finally {
-    await fh.close();
-  }
-  await rename(tmp, join(root, 'current'));
-  await fsyncPath(root);
+function switchCurrent(root: string, buildName: string): Promise<void> {
+  return replaceFileDurably(join(root, 'current'), buildName + '\n');
 }
 
 /**

@@ -17,6 +17,7 @@ import { headHash, sha256, sha256File } from './hash.js';
 import { acquireLock } from './lock.js';
 import { fsyncPath } from './fsync.js';
 import { processAlive } from './process-alive.js';
+import { readMounts } from '../host/mounts.js';
 import { randomHex } from '../random.js';
 
 export const MANIFEST = 'manifest.json';
@@ -170,22 +171,9 @@ async function recordFile(path: string): Promise<FileRecord> {
   return { size: st.size, mtimeMs: st.mtimeMs, sha256: await sha256File(path), headHash: await headHash(path) };
 }
 
-/** Mount points at or below `dir` (from /proc/self/mountinfo; octal escapes decoded). */
+/** Mount points at or below `dir`. */
 async function mountsBelow(dir: string): Promise<string[]> {
-  let info = '';
-  try {
-    info = await readFile('/proc/self/mountinfo', 'utf8');
-  } catch {
-    return [];
-  }
-  const out: string[] = [];
-  for (const line of info.split('\n')) {
-    const field = line.split(' ')[4];
-    if (!field) continue;
-    const point = field.replace(/\\([0-7]{3})/g, (_m, o: string) => String.fromCharCode(parseInt(o, 8)));
-    if (point === dir || point.startsWith(dir + '/')) out.push(point);
-  }
-  return out;
+  return (await readMounts()).map((m) => m.point).filter((point) => point === dir || point.startsWith(dir + '/'));
 }
 
 /**

@@ -9,15 +9,14 @@
 // automatic warm template of an image or of the base, or another user template's), so two
 // templates from one image share memory and disk. Builds are never rewritten: sandboxes and
 // child templates name their layers by absolute path.
-import { mkdir, open, readdir, readFile, rename } from 'node:fs/promises';
+import { mkdir, readdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 
 import { TorporError } from '../errors.js';
-import { fsyncPath } from '../store/fsync.js';
+import { replaceFileDurably } from '../store/fsync.js';
 import { homeLayout, torporHome } from '../store/home.js';
 import type { ImageConfig } from '../image/types.js';
 import type { Resources } from './resources.js';
-import { randomHex } from '../random.js';
 
 /** What a template is built on: 'base' or a template's name; or a container image from a registry, an OCI layout directory, or a `docker save` archive. */
 export type TemplateFrom =
@@ -133,16 +132,7 @@ export async function readTemplateRecord(name: string, home?: string): Promise<T
 export async function writeTemplateRecord(record: TemplateRecord, home?: string): Promise<void> {
   const dir = userTemplateDir(record.name, home);
   await mkdir(dir, { recursive: true });
-  const tmp = join(dir, `template.json.${process.pid}.${randomHex(3)}.tmp`);
-  const fh = await open(tmp, 'w');
-  try {
-    await fh.writeFile(JSON.stringify(record, null, 2) + '\n');
-    await fh.sync();
-  } finally {
-    await fh.close();
-  }
-  await rename(tmp, recordPath(record.name, home));
-  await fsyncPath(dir);
+  await replaceFileDurably(recordPath(record.name, home), JSON.stringify(record, null, 2) + '\n');
 }
 
 /** Names of the user templates (directories with a template.json). */
