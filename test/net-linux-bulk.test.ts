@@ -22,21 +22,73 @@ let t0 = 0;
 /** One line per step, so that a run that stalls says at which (a CI run sat silent in this file). */
 const step = (what: string) => console.log(`  net-linux-bulk: ${((performance.now() - t0) / 1000).toFixed(1)} s: ${what}`);
 
-/** GET `url` within `ms`; counts the bytes as they arrive so a failure says how far it got. */
-async function fetchCounting(url: string, ms: number): Promise<{ bytes?: Buffer; count: number; error?: string }> {
+/** How a transfer went: what arrived, and the longest wait for a chunk (a stall shows there,
+ *  a slow but steady stream does not). */
+interface Transfer {
+  bytes?: Buffer;
+  count: number;
+  seconds: number;
+  longestGapS: number;
+  error?: string;
+}
+
+/** GET `url`, bounded by progress rather than by a deadline: it fails when no byte has arrived
+ *  for `stallMs`, or past `totalMs` in all. The nested host's speed depends on what else its
+ *  host runs (CI runs a second L1 beside it): a 64 MiB transfer took 118 s in one clean-clone
+ *  run and more than 300 s in another, steadily. Throughput is the benchmarks' business; this
+ *  test is about the bytes arriving whole. Says every 30 s how far it got. */
+async function fetchCounting(url: string, stallMs: number, totalMs: number): Promise<Transfer> {
   const chunks: Buffer[] = [];
+  const start = performance.now();
   let count = 0;
+  let last = start;
+  let longestGap = 0;
+  let reported = start;
+  const stop = new AbortController();
+  const watch = setInterval(() => {
+    const now = performance.now();
+    if (now - last > stallMs) stop.abort(new Error(`no byte for ${Math.round((now - last) / 1000)} s`));
+    else if (now - start > totalMs) stop.abort(new Error(`past ${totalMs / 1000} s in all`));
+    if (now - reported >= 30_000) {
+      reported = now;
+      const mib = count / (1 << 20);
+      step(`${mib.toFixed(1)} MiB so far (${(mib / ((now - start) / 1000)).toFixed(2)} MiB/s)`);
+    }
+  }, 1_000);
+  const result = (error?: string): Transfer => ({
+    bytes: error ? undefined : Buffer.concat(chunks),
+    count,
+    seconds: (performance.now() - start) / 1000,
+    longestGapS: Math.max(longestGap, performance.now() - last) / 1000,
+    error,
+  });
   try {
-    const res = await fetch(url, { signal: AbortSignal.timeout(ms) });
-    if (!res.ok || !res.body) return { count, error: `status ${res.status}` };
+    const res = await fetch(url, { signal: stop.signal });
+    if (!res.ok || !res.body) return result(`status ${res.status}`);
     for await (const chunk of res.body) {
+      const now = performance.now();
+      longestGap = Math.max(longestGap, now - last);
+      last = now;
       chunks.push(Buffer.from(chunk));
       count += chunk.length;
     }
-    return { bytes: Buffer.concat(chunks), count };
+    longestGap = Math.max(longestGap, performance.now() - last);
+    last = performance.now();
+    return result();
   } catch (err) {
-    return { count, error: String(err) };
+    return result(String(stop.signal.reason ?? err));
+  } finally {
+    clearInterval(watch);
   }
+}
+
+/** The guest's TCP counters that tell loss from slowness: segments sent and retransmitted. */
+async function guestTcpCounters(sbx: Sandbox): Promise<string> {
+  const snmp = (await sbx.commands.run('cat /proc/net/snmp')).stdout.split('\n').filter((l) => l.startsWith('Tcp:'));
+  if (snmp.length < 2) return 'no Tcp lines in /proc/net/snmp';
+  const names = snmp[0]!.split(/\s+/);
+  const values = snmp[1]!.split(/\s+/);
+  return ['OutSegs', 'RetransSegs'].map((n) => `${n} ${values[names.indexOf(n)]}`).join(', ');
 }
 
 const MIB = Number(process.env.TORPOR_BULK_MIB ?? 64);
@@ -64,8 +116,11 @@ maybe(`a guest http.server is fetched from the host through getHost(port), ${MIB
   }
   assert.match(listing, /blob/, 'the guest server answered through the forwarded port');
   step('the server answered; fetching the blob');
-  // Then the transfer, bounded as a whole (a stall fails the test instead of hanging the suite).
-  const got = await fetchCounting(`http://${host}/blob`, 300_000);
+  // Then the transfer: a stall fails the test instead of hanging the suite (60 s without a
+  // byte), and the whole stays inside the suite's limit for this file (600 s).
+  const got = await fetchCounting(`http://${host}/blob`, 60_000, 480_000);
+  const tcp = await guestTcpCounters(sbx).catch((err: unknown) => `guest TCP counters unread: ${String(err)}`);
+  step(`${got.count} bytes in ${got.seconds.toFixed(1)} s, longest wait for a chunk ${got.longestGapS.toFixed(1)} s; guest ${tcp}`);
   assert.ok(got.bytes, `the ${MIB} MiB transfer completed (${got.count} bytes arrived; ${got.error})`);
   const bytes = got.bytes;
   assert.is(bytes!.length, MIB << 20);
