@@ -118,7 +118,7 @@ maybe(`a guest http.server is fetched from the host through getHost(port), ${MIB
   step('the server answered; fetching the blob');
   // Then the transfer: a stall fails the test instead of hanging the suite (60 s without a
   // byte), and the whole stays well inside the suite's limit for a file (900 s).
-  const got = await fetchCounting(`http://${host}/blob`, 60_000, 480_000);
+  const got = await fetchCounting(`http://${host}/blob`, 60_000, 720_000);
   const tcp = await guestTcpCounters(sbx).catch((err: unknown) => `guest TCP counters unread: ${String(err)}`);
   step(`${got.count} bytes in ${got.seconds.toFixed(1)} s, longest wait for a chunk ${got.longestGapS.toFixed(1)} s; guest ${tcp}`);
   assert.ok(got.bytes, `the ${MIB} MiB transfer completed (${got.count} bytes arrived; ${got.error})`);
