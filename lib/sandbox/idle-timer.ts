@@ -1,7 +1,9 @@
 // A sandbox's lifecycle timeout: fires `timeoutMs` after the last activity. Activity (documented
 // in docs/sandbox-lifecycle.md) is every request an API call sends to the agent and every frame
-// the agent sends back (a command producing output, a file streaming). touch() only records the
-// time: one timer per sandbox, re-armed for the remainder when it fires early.
+// the agent sends back (a command producing output, a file streaming), and a call that waits for
+// the guest (`busy`: a foreground command that prints nothing for longer than timeoutMs is not
+// idleness; its caller waits on it). touch() only records the time: one timer per sandbox,
+// re-armed for the remainder when it fires early.
 export class IdleTimer {
   #last = Date.now();
   #timer: NodeJS.Timeout | undefined;
@@ -10,6 +12,7 @@ export class IdleTimer {
   constructor(
     private readonly timeoutMs: number,
     private readonly onIdle: () => void,
+    private readonly busy: () => boolean = () => false,
   ) {}
 
   start(): void {
@@ -43,6 +46,7 @@ export class IdleTimer {
   #fire(): void {
     this.#timer = undefined;
     if (this.#stopped) return;
+    if (this.busy()) this.#last = Date.now();
     const left = this.#last + this.timeoutMs - Date.now();
     if (left > 0) return this.#arm(left);
     this.#stopped = true;

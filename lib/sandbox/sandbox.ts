@@ -200,7 +200,8 @@ export class Sandbox extends EventEmitter<SandboxEvents> implements AsyncDisposa
   #run: Running | null;
   readonly #life: Lifecycle;
   #idle: IdleTimer | undefined;
-  /** Foreground commands.run calls in flight: a pause lets them finish first. */
+  /** Foreground commands.run calls in flight: a pause lets them finish first, and the idle
+   *  timer does not fire while there is one. */
   readonly #foreground = new Set<Promise<unknown>>();
   /** Requests the sandbox itself sends while pausing (SYNC). */
   #internal = false;
@@ -354,7 +355,7 @@ export class Sandbox extends EventEmitter<SandboxEvents> implements AsyncDisposa
       const act = this.#meta.onTimeout === 'pause' ? this.pause() : this.#kill('timeout');
       this.#cause = 'call';
       act.catch((err: unknown) => this.#reportError(err instanceof Error ? err : new Error(String(err))));
-    });
+    }, () => this.#foreground.size > 0);
     this.#idle.start();
   }
 
