@@ -25,6 +25,7 @@ import { homeLayout, torporHome } from '../../lib/store/home.js';
 import { ensureNodeImage, nodeImageSkipReason } from '../image-fixtures/node-image.js';
 import { FileClock } from './file-clock.js';
 import { ensureL1Kernel } from './l1-kernel.js';
+import { selectedFiles } from './suite.js';
 
 /** Exit codes for failures of the nested host (not of the command). */
 export const NESTED_EXIT = {
@@ -270,6 +271,25 @@ async function main(): Promise<number> {
     fail(NESTED_EXIT.setup, 'the native addon is not built in this checkout (npm ci, or npx node-gyp rebuild)');
   }
 
+  // The CLI test files' `torpor` runs (test/fixtures/cli.ts) load lib/ compiled, as the published
+  // package does, not through tsx: in L1 a tsx start of the CLI took 50 to 100 s, and cli-sandbox
+  // makes 16 (840 s in a clean-clone CI run, 2026-12-07). Compiled here from this checkout, into a
+  // directory of this run beside lib/ (modules find the package root one level above their own).
+  let compiledLib: string | undefined;
+  let wantsCli = false;
+  try {
+    wantsCli = command.includes('test/nested/suite.ts') && selectedFiles().some((f) => f.startsWith('cli-'));
+  } catch (err) {
+    fail(NESTED_EXIT.setup, (err as Error).message);
+  }
+  if (wantsCli) {
+    const dir = mkdtempSync(join(checkout, '.nested-lib-'));
+    process.on('exit', () => rmSync(dir, { recursive: true, force: true }));
+    const tsc = spawnSync(process.execPath, [join(checkout, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', join(checkout, 'tsconfig.build.json'), '--outDir', dir], { stdio: 'inherit' });
+    if (tsc.status !== 0 || !existsSync(join(dir, 'cli', 'main.js'))) fail(NESTED_EXIT.setup, `compiling lib/ for the CLI tests (tsc -p tsconfig.build.json) failed`);
+    compiledLib = dir;
+  }
+
   const run = mkdtempSync(join(tmpdir(), 'torpor-nested-'));
   writeFileSync(join(run, 'command'), command + '\n');
   writeFileSync(join(run, 'home-paths'), (await homePaths(home, report, nodeImage ? [nodeImage] : [])).join('\n') + '\n');
@@ -278,6 +298,7 @@ async function main(): Promise<number> {
   // publishes torpor's dependencies from it into the npm registry it starts, as it does here.
   const npmCache = spawnSync('npm', ['config', 'get', 'cache'], { encoding: 'utf8' }).stdout?.trim();
   if (npmCache) env.TORPOR_TEST_NPM_CACHE = npmCache;
+  if (compiledLib) env.TORPOR_TEST_CLI_LIB = compiledLib;
   // The suite keeps what it finished in the run share, so a fresh L1 can go on after a wedge.
   if (resumable) {
     env.NESTED_SUITE_STATE = '/run/nested/suite-state.json';
