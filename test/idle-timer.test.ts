@@ -49,6 +49,7 @@ test('while busy it does not fire; it fires timeoutMs after the last check that 
   await sleep(150);
   assert.is(firedAt, 0, 'busy for more than three times timeoutMs');
   assert.ok(lastBusy > 0, 'the timer asked');
+  assert.ok(t.deadline!.getTime() >= Date.now() + 40 - 2, 'while busy the deadline is timeoutMs ahead, not in the past');
   busy = false;
   const freed = Date.now();
   while (firedAt === 0 && Date.now() - freed < 1_000) await sleep(5);

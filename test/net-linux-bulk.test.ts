@@ -72,8 +72,6 @@ async function fetchCounting(url: string, stallMs: number, totalMs: number): Pro
       chunks.push(Buffer.from(chunk));
       count += chunk.length;
     }
-    longestGap = Math.max(longestGap, performance.now() - last);
-    last = performance.now();
     return result();
   } catch (err) {
     return result(String(stop.signal.reason ?? err));

@@ -25,9 +25,11 @@ export class IdleTimer {
     this.#last = Date.now();
   }
 
-  /** When it fires if nothing happens before (null once stopped). */
+  /** When it fires if nothing happens before (null once stopped); while busy, timeoutMs from now
+   *  at the earliest (the time of the last activity says nothing while a call waits). */
   get deadline(): Date | null {
-    return this.#stopped ? null : new Date(this.#last + this.timeoutMs);
+    if (this.#stopped) return null;
+    return new Date((this.busy() ? Date.now() : this.#last) + this.timeoutMs);
   }
 
   stop(): void {
