@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
-import { readSkipLog } from './skip-unless.js';
+import { formatSkips, readSkipLog } from './skip-unless.js';
 
 const ROOT = join(import.meta.dirname, '..');
 
@@ -52,6 +52,22 @@ test('skipped tests are counted by uvu, listed last with their reasons, and logg
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
+});
+
+test('tests skipped for one reason are listed under it, the reason said once', () => {
+  const linux = { category: 'linux-guest' as const, reason: 'this host cannot boot a Linux guest' };
+  assert.is(
+    formatSkips([
+      { file: 'net-linux', test: 'egress', ...linux },
+      { file: 'fixture', test: 'as root', category: 'root', reason: 'needs root' },
+      { file: 'sandbox-linux', test: 'fork(2)', ...linux },
+    ]),
+    'skipped tests: 3\n' +
+      '  [linux-guest] 2 tests -- this host cannot boot a Linux guest\n' +
+      '    net-linux: egress\n' +
+      '    sandbox-linux: fork(2)\n' +
+      '  [root] fixture: as root -- needs root\n',
+  );
 });
 
 test.run();

@@ -232,7 +232,11 @@ export class Sandbox extends EventEmitter<SandboxEvents> implements AsyncDisposa
     const api = agentApiWith(() => this.client, commandDefaultsOf(meta), {
       onForeground: (p) => {
         this.#foreground.add(p);
-        const done = () => this.#foreground.delete(p);
+        // Its end is activity: the lifecycle timeout counts from it, not from the timer's last check.
+        const done = () => {
+          this.#foreground.delete(p);
+          this.#idle?.touch();
+        };
         p.then(done, done);
       },
     });
