@@ -1,10 +1,10 @@
 // `torpor` command line: sandboxes (ls, info, exec, shell, logs, pause, kill, prune), setup,
 // template, doctor, help.
+//
+// Each command's module is imported when that command runs: every `torpor` start is Node loading
+// lib/ module by module, and the sandbox commands need 67 of them, not the 102 that setup,
+// template and doctor add (image pulls, the kernel and root filesystem builds).
 import { TorporError } from '../errors.js';
-import { runDoctor } from './doctor.js';
-import { SANDBOX_COMMANDS } from './sandbox.js';
-import { runSetup } from './setup.js';
-import { runTemplate } from './template.js';
 
 export const USAGE = `usage: torpor <command> [options]
 
@@ -97,15 +97,13 @@ export async function main(argv: string[]): Promise<number> {
   // exec, shell and logs pass the guest program's status through: torpor's own failure must not look like one.
   const failed = command === 'exec' || command === 'shell' || command === 'logs' ? 125 : 1;
   try {
-    const sandboxCommand = command !== undefined && Object.hasOwn(SANDBOX_COMMANDS, command) ? SANDBOX_COMMANDS[command] : undefined;
-    if (sandboxCommand) return await sandboxCommand(rest);
     switch (command) {
       case 'setup':
-        return await runSetup(rest);
+        return await (await import('./setup.js')).runSetup(rest);
       case 'doctor':
-        return await runDoctor(rest);
+        return await (await import('./doctor.js')).runDoctor(rest);
       case 'template':
-        return await runTemplate(rest);
+        return await (await import('./template.js')).runTemplate(rest);
       case undefined:
         // A usage error: the text goes where errors go, so `torpor | less` users still see it and scripts see 2.
         process.stderr.write(USAGE);
@@ -115,9 +113,12 @@ export async function main(argv: string[]): Promise<number> {
       case 'help':
         process.stdout.write(USAGE);
         return 0;
-      default:
+      default: {
+        const { SANDBOX_COMMANDS } = await import('./sandbox.js');
+        if (Object.hasOwn(SANDBOX_COMMANDS, command)) return await SANDBOX_COMMANDS[command]!(rest);
         process.stderr.write(`torpor: unknown command '${command}'\n\n${USAGE}`);
         return 2;
+      }
     }
   } catch (err) {
     if (err instanceof TorporError) {

@@ -11,7 +11,6 @@ import { Sandbox, type SandboxInfo, type SandboxState } from '../sandbox/sandbox
 import { SANDBOX_STATES } from '../sandbox/lifecycle.js';
 import { dropForkBaseIfUnused, forkBases, forkBaseUnused } from '../sandbox/fork.js';
 import { pruneInterruptedCreates } from '../store/interrupted-create.js';
-import { Template } from '../template/template.js';
 import { formatAge, formatBytes, parseDuration, table } from './format.js';
 
 function parse(argv: string[], options: NonNullable<ParseArgsConfig['options']>) {
@@ -278,6 +277,8 @@ async function prune(argv: string[]): Promise<number> {
     sandboxes.push({ sandboxId: s.sandboxId, pausedAt: s.pausedAt.toISOString(), bytesOnDisk: s.bytesOnDisk });
   }
   const templates: string[] = [];
+  // Imported here: the template module brings image pulls and builds, which no other command needs.
+  const { Template } = await import('../template/template.js');
   for (const t of await Template.list()) {
     if (t.dependents.length || (t.kind !== 'automatic' && !values.templates)) continue;
     if (!dry) {
