@@ -25,13 +25,7 @@ const bootOpts = () => ({
   boot: { kernel, timeoutMs: 15_000, cmdlineExtra: 'testvm.agent_ready=1 testvm.count=1' },
 });
 
-/** Each run's time is printed in the nested host, where the file is among the suite's longest. */
-async function torpor(...args: string[]) {
-  const t0 = performance.now();
-  const run = await runTorpor(CLI_MS, ...args);
-  if (NESTED) console.log(`  cli-sandbox: torpor ${args.join(' ')}: exit ${run.status} in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
-  return run;
-}
+const torpor = (...args: string[]) => runTorpor(CLI_MS, ...args);
 
 privateHome(test, 'torpor-cli-');
 
