@@ -61,8 +61,11 @@ export const KVM_FILES = [
  *  clean-clone run on a PVM host (2026-12-07) whose main part (3,246 s) ended 609 s after the
  *  side, with net-linux-bulk's 332 s in it. sandbox-linux-pause (379 s) moved back to the main part
  *  once the CLI tests there started the compiled CLI (cli-sandbox from 840 s to 211 s): planned
- *  from that run (1fbeb79), both parts end about 4,600-4,700 s into CI's 5,400, where the side
- *  would have ended near 4,900 s. L1 itself keeps one CPU (NESTED_SMP). */
+ *  from that run (1fbeb79), both parts were to end about 4,600-4,700 s into CI's 5,400. The
+ *  clean-clone run of that split (ec36d86, 2026-12-07) ended the side at 4,818 s and the main
+ *  part at 5,091 s: first-run took 928 s, not 444, run beside the soak, whose 20 threads at
+ *  nice 10 took much of the main L1's core (the soak is at nice 19 since). L1 itself keeps one
+ *  CPU (NESTED_SMP). */
 export const SIDE_FILES = KVM_FILES.filter(
   (f) => f.startsWith('vmm-') || f === 'exit-stages' || f === 'net-linux-bulk',
 );
