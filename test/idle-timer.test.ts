@@ -10,14 +10,7 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
 import { IdleTimer } from '../lib/sandbox/idle-timer.js';
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-/** Waits until `done()` or `ms` pass. */
-async function until(done: () => boolean, ms = 5_000): Promise<void> {
-  const started = Date.now();
-  while (!done() && Date.now() - started < ms) await sleep(5);
-}
+import { sleep, until } from './agent-harness.js';
 
 // setTimeout fires no sooner than its delay, which Node rounds to the millisecond; Date.now() has
 // millisecond steps: 2 ms of slack on a lower bound.
@@ -28,7 +21,7 @@ test('fires once, no sooner than timeoutMs after start, and not after stop', asy
   const t = new IdleTimer(50, () => fired.push(Date.now()));
   const started = Date.now();
   t.start();
-  await until(() => fired.length > 0);
+  await until(() => fired.length > 0, 5_000, 'the firing');
   assert.is(fired.length, 1);
   assert.ok(fired[0]! - started >= 50 - SLACK_MS, `fired ${fired[0]! - started} ms after start`);
   assert.is(t.deadline, null, 'fired: stopped');
@@ -50,7 +43,7 @@ test('touch() moves the deadline: it fires no sooner than timeoutMs after the to
     touches.push(Date.now());
     assert.ok(t.deadline!.getTime() >= touches.at(-1)! + 200 - SLACK_MS, 'the deadline is timeoutMs after the touch');
   }
-  await until(() => fired.length > 0);
+  await until(() => fired.length > 0, 5_000, 'the firing');
   assert.is(fired.length, 1);
   // Touched every 20 ms for 300 ms, longer than timeoutMs: without touch() it would have fired at
   // 200 ms, sooner than 200 ms after the touch before it.
@@ -70,7 +63,7 @@ test('while busy it does not fire; after it, it fires no sooner than timeoutMs a
   busy = false;
   t.touch();
   const freed = Date.now();
-  await until(() => firedAt > 0);
+  await until(() => firedAt > 0, 5_000, 'the firing');
   assert.ok(firedAt > 0, 'fired once no longer busy');
   assert.ok(firedAt - freed >= 40 - SLACK_MS, `fired ${firedAt - freed} ms after the end of the busy call`);
   t.stop();

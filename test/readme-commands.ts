@@ -8,6 +8,7 @@ import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { stripVTControlCharacters } from 'node:util';
 
 const checkout = fileURLToPath(new URL('..', import.meta.url));
 
@@ -27,7 +28,6 @@ export function readmeCommands(readme: string = readFileSync(join(checkout, 'REA
 // is "FAIL" and the test's name in quotes (a suite's name before it), its message on the next line.
 const fileLine = /^\S+\.test\.[cm]?[jt]s$/;
 const failHeader = /^\s*FAIL\s+(.*)$/;
-const ansi = /\x1b\[[0-9;]*m/g;
 
 /** Keeps uvu's failed tests from a stream of output lines: file, name and message, one entry each (at most `limit`, lines cut at 400 characters). */
 export function failureCollector(limit = 40): { line(text: string): void; failures: string[] } {
@@ -37,7 +37,7 @@ export function failureCollector(limit = 40): { line(text: string): void; failur
   return {
     failures,
     line(text: string): void {
-      const plain = text.replace(ansi, '').trim();
+      const plain = stripVTControlCharacters(text).trim();
       if (fileLine.test(plain)) {
         file = plain;
         wantMessage = false;

@@ -38,7 +38,9 @@ export function formatSkips(records: readonly SkipRecord[]): string {
   const groups = new Map<string, SkipRecord[]>();
   for (const r of records) {
     const key = `${r.category}\0${r.reason}`;
-    groups.set(key, [...(groups.get(key) ?? []), r]);
+    const group = groups.get(key);
+    if (group) group.push(r);
+    else groups.set(key, [r]);
   }
   const lines = [`skipped tests: ${records.length}`];
   for (const group of groups.values()) {
