@@ -21,6 +21,7 @@ import {
   kvmSkipReason,
   pvhElf32,
   sleep,
+  until,
   waitExit,
   writeTemp,
 } from './vmm-guests.js';
@@ -49,9 +50,9 @@ kvmTest('PVH ELF: banner, hvm_start_info in RBX, tagged pages seen through readG
   assert.is(m.state, 'created');
   await m.start();
   assert.is(m.state, 'running');
-  await m.waitForConsole(PVH_BANNER, 5000);
-  await sleep(20);
-  assert.is(m.readGuest(MAGIC_COPY_GPA, 4).readUInt32LE(), PVH_START_INFO_MAGIC);
+  await m.waitForConsole(PVH_BANNER, bound(5000));
+  // After the banner the guest tags its pages, then copies the magic: once the magic is there, so are the tags.
+  await until(() => m.readGuest(MAGIC_COPY_GPA, 4).readUInt32LE() === PVH_START_INFO_MAGIC, 'the start info magic in guest memory');
   for (let i = 0; i < TAG_PAGES; i++) assert.is(m.readGuest(TAG_BASE_GPA + i * 4096, 4).readUInt32LE(), 0xc0de0000 + i);
   // The start info's command line is what the guest was given.
   const si = m.readGuest(0x6000, 56);
@@ -69,12 +70,10 @@ kvmTest('PVH ELF: banner, hvm_start_info in RBX, tagged pages seen through readG
 kvmTest('the counter advances while running and stands still while paused', async () => {
   const m = Machine.create({ kernel: pvh, vcpus: 2, memoryMiB: 32 });
   await m.start();
-  await m.waitForConsole(PVH_BANNER, 5000);
+  await m.waitForConsole(PVH_BANNER, bound(5000));
   const counter = () => m.readGuest(COUNTER_GPA, 4).readUInt32LE();
   const a = counter();
-  await sleep(100);
-  const b = counter();
-  assert.ok(b > a, `counter did not advance: ${a} -> ${b}`);
+  await until(() => counter() > a, `the counter to advance from ${a}`);
   for (let round = 0; round < 3; round++) {
     await m.pause();
     assert.is(m.state, 'paused');
@@ -83,8 +82,7 @@ kvmTest('the counter advances while running and stands still while paused', asyn
     assert.is(counter(), p1, 'counter moved while paused');
     await m.resume();
     assert.is(m.state, 'running');
-    await sleep(60);
-    assert.ok(counter() > p1, 'counter did not advance after resume');
+    await until(() => counter() > p1, `the counter to advance after resume from ${p1}`);
   }
   await m.stop();
 });
@@ -94,9 +92,9 @@ kvmTest('serial input reaches the guest and its echo comes back', async () => {
   const chunks: Buffer[] = [];
   m.on('console', (d) => chunks.push(d));
   await m.start();
-  await m.waitForConsole(PVH_BANNER, 5000);
+  await m.waitForConsole(PVH_BANNER, bound(5000));
   m.consoleWrite('ping');
-  await m.waitForConsole(`${PVH_BANNER}\nping`, 5000);
+  await m.waitForConsole(`${PVH_BANNER}\nping`, bound(5000));
   assert.is(Buffer.concat(chunks).toString(), `${PVH_BANNER}\nping`);
   assert.is(m.consoleTail().toString(), `${PVH_BANNER}\nping`);
   await m.stop();
@@ -105,7 +103,7 @@ kvmTest('serial input reaches the guest and its echo comes back', async () => {
 kvmTest('serial input beyond the UART FIFO (4 KiB) is fed in order as the guest drains it', async () => {
   const m = Machine.create({ kernel: pvh, vcpus: 1, memoryMiB: 16 });
   await m.start();
-  await m.waitForConsole(PVH_BANNER, 5000);
+  await m.waitForConsole(PVH_BANNER, bound(5000));
   const alphabet = 'abcdefghijklmnopqsuvwxyz'; // no 'r' (reset) nor 't' (triple fault)
   const input = Array.from({ length: 10_000 }, (_, i) => alphabet[i % alphabet.length]).join('');
   m.consoleWrite(input);
@@ -118,7 +116,7 @@ kvmTest('serial input beyond the UART FIFO (4 KiB) is fed in order as the guest 
 kvmTest('i8042 reset stops the machine with reason reset', async () => {
   const m = Machine.create({ kernel: pvh, vcpus: 2, memoryMiB: 16 });
   await m.start();
-  await m.waitForConsole(PVH_BANNER, 5000);
+  await m.waitForConsole(PVH_BANNER, bound(5000));
   const ended = waitExit(m);
   m.consoleWrite('r');
   const e = await ended;
@@ -134,7 +132,7 @@ kvmTest('i8042 reset stops the machine with reason reset', async () => {
 kvmTest('a triple fault fails the machine; the process goes on and boots the next one', async () => {
   const m = Machine.create({ kernel: pvh, vcpus: 1, memoryMiB: 16 });
   await m.start();
-  await m.waitForConsole(PVH_BANNER, 5000);
+  await m.waitForConsole(PVH_BANNER, bound(5000));
   const ended = waitExit(m);
   m.consoleWrite('t');
   const e = await ended;
@@ -143,7 +141,7 @@ kvmTest('a triple fault fails the machine; the process goes on and boots the nex
   assert.is(m.state, 'failed');
   const next = Machine.create({ kernel: pvh, vcpus: 1, memoryMiB: 16 });
   await next.start();
-  await next.waitForConsole(PVH_BANNER, 5000);
+  await next.waitForConsole(PVH_BANNER, bound(5000));
   await next.stop();
 });
 
@@ -244,9 +242,7 @@ kvmTest('200 pause/resume cycles with PIO exits in flight on 2 vCPUs, then stop 
   }
   // The guest still runs after the cycles (how many exits fit between two cycles is timing,
   // so wait for progress instead of counting on a number).
-  const deadline = Date.now() + 5000;
-  while (m.stats().pioExits < last + 1000 && Date.now() < deadline) await sleep(5);
-  assert.ok(m.stats().pioExits >= last + 1000, `only ${m.stats().pioExits - last} PIO exits after the cycles`);
+  await until(() => m.stats().pioExits >= last + 1000, `1000 more PIO exits after the cycles`, 5000);
   const pausing = m.pause();
   const reason = await m.stop();
   assert.is(reason.kind, 'stop');
@@ -267,7 +263,7 @@ kvmTest('an instruction the guest cannot run fails the machine with the reason (
   assert.ok(e.message.length > 10, e.message);
   const again = Machine.create({ kernel: pvh, vcpus: 1, memoryMiB: 16 });
   await again.start();
-  await again.waitForConsole(PVH_BANNER, 5000);
+  await again.waitForConsole(PVH_BANNER, bound(5000));
   await again.stop();
 });
 
@@ -282,11 +278,9 @@ kvmTest('8 machines at once in one process', async () => {
     // host: each is a nested fault, emulated), and input that arrives before the first poll
     // is echoed with the counter still at 0.
     const counter = (m: Machine) => m.readGuest(COUNTER_GPA, 4).readUInt32LE();
-    const deadline = Date.now() + bound(10_000);
-    while (!ms.every((m) => counter(m) > 0)) {
-      if (Date.now() > deadline) assert.unreachable(`not every guest counted: counters ${ms.map(counter)}`);
-      await sleep(10);
-    }
+    await until(() => ms.every((m) => counter(m) > 0), 'every guest to count', 10_000).catch(() =>
+      assert.unreachable(`not every guest counted: counters ${ms.map(counter)}`),
+    );
     const before = ms.map(counter);
     ms.forEach((m, i) => m.consoleWrite(String.fromCharCode(0x61 + i)));
     await Promise.all(ms.map((m, i) => m.waitForConsole(`${PVH_BANNER}\n${String.fromCharCode(0x61 + i)}`, bound(10_000))));

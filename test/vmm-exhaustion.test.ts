@@ -16,7 +16,7 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
 import type { Machine } from '../lib/vm/machine.js';
-import { NESTED } from './bounds.js';
+import { NESTED, bound } from './bounds.js';
 import { bootTestvm, sleep, testvmCommandByEvents, testvmSkipReason } from './vmm-guests.js';
 import { testUnless } from './skip-unless.js';
 
@@ -85,7 +85,7 @@ kvmTest('a console flood keeps host memory bounded and the console tail at its s
   await using hostile = await bootTestvm();
   const w = watch(bystander);
   const t0 = Date.now();
-  const done = await testvmCommandByEvents(hostile, `flood-console ${FLOOD_KIB}`, 'flood-console', 120_000);
+  const done = await testvmCommandByEvents(hostile, `flood-console ${FLOOD_KIB}`, 'flood-console', bound(60_000));
   const ms = Date.now() - t0;
   const r = await w.stop();
   assert.match(done, new RegExp(`^flood-console=ok kib=${FLOOD_KIB}\\b`));

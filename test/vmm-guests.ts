@@ -8,6 +8,7 @@ import { join } from 'node:path';
 
 import { homeLayout } from '../lib/store/home.js';
 import { Machine, type MachineOptions } from '../lib/vm/machine.js';
+import { bound } from './bounds.js';
 
 /*
  * PVH guest, 32-bit, linked at 0x100000, entered with EBX -> hvm_start_info.
@@ -184,6 +185,19 @@ export function kvmSkipReason(): string | null {
 }
 
 export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+/**
+ * Polls `cond` every 5 ms until it holds; throws naming `what` after `timeoutMs` (scaled by
+ * bound() in the nested host). Waiting for what the guest shows, never a fixed sleep: a guest
+ * starved of CPU (a loaded host, the emulator) gets there later, not never.
+ */
+export async function until(cond: () => boolean, what: string, timeoutMs = 10_000): Promise<void> {
+  const deadline = Date.now() + bound(timeoutMs);
+  while (!cond()) {
+    if (Date.now() > deadline) throw new Error(`timed out after ${bound(timeoutMs)} ms waiting for ${what}`);
+    await sleep(5);
+  }
+}
 
 /** `in al, 0x80; jmp .-2`: one PIO exit per iteration (port 0x80 is unmapped: reads 0xff). */
 export const PIO_LOOP = Buffer.from('e480ebfc', 'hex');

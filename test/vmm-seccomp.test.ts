@@ -11,7 +11,7 @@ import * as assert from 'uvu/assert';
 
 import { TorporError } from '../lib/errors.js';
 import { Machine } from '../lib/vm/machine.js';
-import { PVH_BANNER, kvmSkipReason, pvhElf32, waitExit, writeTemp } from './vmm-guests.js';
+import { PVH_BANNER, kvmSkipReason, pvhElf32, until, waitExit, writeTemp } from './vmm-guests.js';
 import { testUnless } from './skip-unless.js';
 
 const kvmTest = testUnless('vmm-seccomp', kvmSkipReason(), 'kvm');
@@ -52,8 +52,7 @@ kvmTest('every vCPU thread and the I/O thread run in seccomp filter mode; the JS
     await m.waitForConsole(PVH_BANNER, 5000);
     // The I/O thread names itself when it first runs, which on a loaded host can come after the
     // guest's banner (printed by a vCPU thread): give it a moment.
-    const deadline = Date.now() + 5000;
-    while (seccompModes('torpor-io').length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+    await until(() => seccompModes('torpor-io').length > 0, 'the I/O thread to name itself', 5000);
     const vcpus = seccompModes('torpor-vcpu');
     const io = seccompModes('torpor-io');
     assert.ok(vcpus.length >= 2, `vCPU threads found: ${vcpus.length}`);
@@ -110,7 +109,7 @@ kvmTest('a Node listener for SIGSYS, added and removed, does not turn a trap int
   process.on('SIGSYS', listener);
   // A SIGSYS from outside (not a trap) reaches the JS listener, as it did before any machine.
   process.kill(process.pid, 'SIGSYS');
-  await new Promise((r) => setTimeout(r, 50));
+  await until(() => heard > 0, 'the listener to hear SIGSYS');
   assert.is(heard, 1);
   const first = Machine.create({ kernel: forbiddenCallGuest(1), vcpus: 1, memoryMiB: 16 });
   const firstEnded = waitExit(first);
@@ -119,7 +118,7 @@ kvmTest('a Node listener for SIGSYS, added and removed, does not turn a trap int
   assert.is(e1.kind, 'seccomp-violation');
   await first.stop();
   process.kill(process.pid, 'SIGSYS');
-  await new Promise((r) => setTimeout(r, 50));
+  await until(() => heard > 1, 'the listener to hear SIGSYS again');
   assert.is(heard, 2, 'the listener still hears a SIGSYS that is not a trap');
   process.off('SIGSYS', listener); // libuv: SIG_DFL
 

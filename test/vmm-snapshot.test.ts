@@ -12,7 +12,7 @@ import { test } from 'uvu';
 
 import { readGenerationFiles, type GenerationFiles } from '../lib/store/snapshot-files.js';
 import { Machine } from '../lib/vm/machine.js';
-import { bootTestvm, sleep, testvmCommand, testvmSkipReason } from './vmm-guests.js';
+import { bootTestvm, sleep, testvmCommand, testvmSkipReason, until } from './vmm-guests.js';
 import { bound, NESTED } from './bounds.js';
 import { testUnless } from './skip-unless.js';
 
@@ -50,14 +50,6 @@ function crc32c(buf: Buffer): number {
     for (let k = 0; k < 8; k++) crc = crc & 1 ? (crc >>> 1) ^ 0x82f63b78 : crc >>> 1;
   }
   return (crc ^ 0xffffffff) >>> 0;
-}
-
-async function until(cond: () => boolean, what: string, timeoutMs = 10_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!cond()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await sleep(5);
-  }
 }
 
 function child(...args: string[]): string {
@@ -103,7 +95,7 @@ kvmTest('the counter keeps counting after a capture restored in a child Node pro
   try {
     assert.match(await testvmCommand(m, 'count start', 'count'), /running=1/);
     assert.match(await testvmCommand(m, 'echo before-capture', 'echo'), /echo=before-capture/);
-    await sleep(100);
+    await until(() => m.readGuest(COUNTER, 8).readBigUInt64LE() > 0n, 'the counter to run');
     await m.pause();
     const saved = Number(m.readGuest(COUNTER, 8).readBigUInt64LE());
     assert.ok(saved > 0, 'the counter never ran');
@@ -302,7 +294,7 @@ kvmTest('SIGKILL of a process capturing, at random moments: the previous generat
       try {
         // Wait for the child to be capturing (a Node start: slow where emulated), then kill
         // it somewhere in a capture.
-        await until(() => out.includes('gen ') || c.exitCode !== null, 'the child capturing', bound(30_000)).catch((e: Error) => {
+        await until(() => out.includes('gen ') || c.exitCode !== null, 'the child capturing', 30_000).catch((e: Error) => {
           throw new Error(`${e.message} (round ${i}); child stderr: ${err.slice(-500)}`);
         });
         assert.ok(out.includes('gen '), `the child ended before capturing (round ${i}, exit ${c.exitCode}): ${err.slice(-500)}`);
@@ -427,8 +419,9 @@ kvmTest('disk layers merge off the capture path: a machine captured 12 times hol
     assert.is(last.memoryLayers.at(-1), last.memoryLayer, "the generation's own memory layer tops its chain");
     for (const p of [last.stateFile, last.memoryLayer, last.manifest, ...last.diskLayers.flat()]) assert.ok(existsSync(join(dir, p)), p);
     // The live machine let go of the layers the merge replaced: it holds data + map of each layer
-    // its generation names and of its top, no more (12 frozen layers would be 26 fds).
-    await sleep(200);
+    // its generation names and of its top, no more (12 frozen layers would be 26 fds). A timeout
+    // is left to the assertion, which says how many are held.
+    await until(() => fdsUnder(dir) <= 2 * (layers.length + 1), 'the live machine to let go of merged layers').catch(() => undefined);
     const held = fdsUnder(dir);
     assert.ok(held <= 2 * (layers.length + 1), `${held} fds under the snapshot directory for ${layers.length} layers + a top`);
     for (let g = 1; g <= 12; g++)

@@ -6,7 +6,7 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
 import { Machine } from '../lib/vm/machine.js';
-import { bootTestvm, sleep, testvmCommand, testvmImage, testvmSkipReason } from './vmm-guests.js';
+import { bootTestvm, sleep, testvmCommand, testvmImage, testvmSkipReason, until } from './vmm-guests.js';
 import { allOrNone } from './all-or-none.js';
 import { testUnless } from './skip-unless.js';
 
@@ -48,14 +48,14 @@ kvmTest('the counter advances while running and stands still while paused', asyn
   const read = () => m.readGuest(COUNTER, 8).readBigUInt64LE();
   await sleep(100);
   const a = read();
-  await sleep(100);
+  await until(() => read() > a, 'the counter to advance');
   assert.ok(read() > a, 'counter does not advance');
   await m.pause();
   const p = read();
   await sleep(150);
   assert.is(read(), p, 'counter moved while paused');
   await m.resume();
-  await sleep(100);
+  await until(() => read() > p, 'the counter to resume');
   assert.ok(read() > p, 'counter did not resume');
   assert.match(await testvmCommand(m, 'count stop', 'count'), /running=0/);
   await m.stop();
