@@ -11,6 +11,7 @@ import * as assert from 'uvu/assert';
 import { kvmSkipReason } from './vmm-guests.js';
 import { bound } from './bounds.js';
 import { testUnless } from './skip-unless.js';
+import { nodeArgs } from './child-node.js';
 
 const kvmTest = testUnless('exit-stages', kvmSkipReason(), 'kvm');
 
@@ -33,7 +34,7 @@ const HANG_MS = bound(30_000);
 
 function run(stage: string, how: string): Promise<Run> {
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', fixture, stage, how], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, nodeArgs(fixture, stage, how), { stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
     let err = '';
     child.stdout.on('data', (d) => (out += d));

@@ -34,6 +34,7 @@ import { ensurePackInputs, pack } from './fixtures/pack.js';
 import { needsPrograms, startRegistry, type TestRegistry } from './image-registry.js';
 import { realStore } from './sandbox-home.js';
 import { needsCommands, needsRoot, testUnless } from './skip-unless.js';
+import { nodeArgs } from './child-node.js';
 
 const FILE = 'first-run';
 const NOBODY = 65534;
@@ -137,7 +138,7 @@ function setup(): Promise<Fixture> {
     }
     const made = spawnSync(
       process.execPath,
-      ['--import', 'tsx', join(packageRoot, 'scripts', 'build-base-image.ts'), '--layout', layout, '--repository', `${registry.host}/torpor/base`, '--record', baseRecord, ...from, '--json'],
+      nodeArgs(join(packageRoot, 'scripts', 'build-base-image.ts'), '--layout', layout, '--repository', `${registry.host}/torpor/base`, '--record', baseRecord, ...from, '--json'),
       { cwd: packageRoot, encoding: 'utf8', maxBuffer: 64 << 20 },
     );
     assert.is(made.status, 0, made.stderr.slice(-4000) + made.stdout);
@@ -155,7 +156,7 @@ function setup(): Promise<Fixture> {
     await mkdir(kpkg);
     for (const f of ['package.json', 'README.md']) await cp(join(packageRoot, 'packages', 'kernel-linux-x64', f), join(kpkg, f));
     const record = join(scratch, 'kernel-release.json');
-    const build = spawnSync(process.execPath, ['--import', 'tsx', join(packageRoot, 'scripts', 'build-kernel-package.ts'), '--out', kpkg, '--record', record], {
+    const build = spawnSync(process.execPath, nodeArgs(join(packageRoot, 'scripts', 'build-kernel-package.ts'), '--out', kpkg, '--record', record), {
       cwd: packageRoot,
       encoding: 'utf8',
     });

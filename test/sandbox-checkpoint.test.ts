@@ -17,6 +17,7 @@ import type { Machine } from '../lib/vm/machine.js';
 import { privateHome, testvmSandboxTest, testvmStatus } from './sandbox-home.js';
 import { sleep, testvmCommand, testvmImage } from './vmm-guests.js';
 import { NESTED } from './bounds.js';
+import { nodeArgs } from './child-node.js';
 
 const kvmTest = await testvmSandboxTest('sandbox-checkpoint');
 const kernel = testvmImage()!;
@@ -106,7 +107,7 @@ kvmTest('checkpoint while running, restore goes back (memory and disk), later ch
 
 /** Runs test/fixtures/sandbox-child.ts checkpoint-write-and-hold until it wrote its block, then SIGKILLs it. */
 async function ownerDiesAfterCheckpoint(id: string, sector: number): Promise<number> {
-  const holder = spawn(process.execPath, ['--import', 'tsx', 'test/fixtures/sandbox-child.ts', 'checkpoint-write-and-hold', id, String(sector)], {
+  const holder = spawn(process.execPath, nodeArgs('test/fixtures/sandbox-child.ts', 'checkpoint-write-and-hold', id, String(sector)), {
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let out = '';

@@ -9,6 +9,7 @@ import { Sandbox, linuxGuestSupport } from '../lib/sandbox/sandbox.js';
 import { roundFile } from './fixtures/round-file.js';
 import { testUnless } from './skip-unless.js';
 import { NESTED } from './bounds.js';
+import { nodeArgs } from './child-node.js';
 
 const support = await linuxGuestSupport();
 const linuxTest = testUnless('sandbox-linux-pause', support.ok ? null : `this host cannot boot a Linux guest: ${support.reason}`, 'linux-guest');
@@ -26,7 +27,7 @@ const KILL_ROUNDS = Number(process.env.TORPOR_KILL_ROUNDS ?? 5);
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 function child(...args: string[]): Record<string, unknown> {
-  const r = spawnSync(process.execPath, ['--import', 'tsx', 'test/fixtures/linux-pause-child.ts', ...args], { encoding: 'utf8', timeout: 300_000 });
+  const r = spawnSync(process.execPath, nodeArgs('test/fixtures/linux-pause-child.ts', ...args), { encoding: 'utf8', timeout: 300_000 });
   // urandom-exit ends itself with SIGKILL, on purpose.
   if (r.status !== 0 && r.signal !== 'SIGKILL') throw new Error(`child ${args.join(' ')} failed (${r.status} ${r.signal}): ${r.stderr}`);
   return JSON.parse(r.stdout.trim().split('\n').pop()!) as Record<string, unknown>;
@@ -150,7 +151,7 @@ linuxTest('an owner SIGKILLed after writing and syncing a file: connect boots th
     await sbx.files.write('/home/user/before.txt', 'before the pause\n');
     await sbx.pause();
     const path = '/home/user/after-connect.txt';
-    const c = spawn(process.execPath, ['--import', 'tsx', 'test/fixtures/linux-pause-child.ts', 'write-sync-hold', id, path], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const c = spawn(process.execPath, nodeArgs('test/fixtures/linux-pause-child.ts', 'write-sync-hold', id, path), { stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
     let err = '';
     c.stdout.on('data', (d: Buffer) => (out += d.toString()));
@@ -187,7 +188,7 @@ linuxTest(`SIGKILL of a process pausing a sandbox at random moments (${KILL_ROUN
     let generation = (await Sandbox.getInfo(id)).generation;
     for (let round = 0; round < KILL_ROUNDS; round++) {
       const path = `/home/user/round-${round}.txt`;
-      const c = spawn(process.execPath, ['--import', 'tsx', 'test/fixtures/linux-pause-child.ts', 'write-sync-pause', id, path], { stdio: ['ignore', 'pipe', 'pipe'] });
+      const c = spawn(process.execPath, nodeArgs('test/fixtures/linux-pause-child.ts', 'write-sync-pause', id, path), { stdio: ['ignore', 'pipe', 'pipe'] });
       let out = '';
       let err = '';
       c.stdout.on('data', (d: Buffer) => (out += d.toString()));

@@ -22,6 +22,7 @@ import type { Machine } from '../lib/vm/machine.js';
 import { TESTVM_STATUS, privateHome, testvmSandboxTest, testvmStatus } from './sandbox-home.js';
 import { sleep, testvmCommand, testvmCommandByEvents, testvmImage } from './vmm-guests.js';
 import { NESTED } from './bounds.js';
+import { nodeArgs } from './child-node.js';
 
 const kvmTest = await testvmSandboxTest('sandbox-pause');
 const kernel = testvmImage()!;
@@ -52,7 +53,7 @@ async function until(cond: () => boolean | Promise<boolean>, what: string, ms = 
 
 /** Runs test/fixtures/sandbox-child.ts; resolves to its JSON line. */
 function child(...args: string[]): Record<string, unknown> {
-  const r = spawnSync(process.execPath, ['--import', 'tsx', 'test/fixtures/sandbox-child.ts', ...args], { encoding: 'utf8', timeout: CHILD_MS });
+  const r = spawnSync(process.execPath, nodeArgs('test/fixtures/sandbox-child.ts', ...args), { encoding: 'utf8', timeout: CHILD_MS });
   if (r.status !== 0) throw new Error(`child ${args.join(' ')} failed (${r.status} ${r.signal}): ${r.stderr}`);
   const line = r.stdout.trim().split('\n').pop()!;
   return JSON.parse(line) as Record<string, unknown>;
@@ -198,7 +199,7 @@ kvmTest('one owner: SANDBOX_BUSY naming the owner pid; SIGKILL of the owner free
   const id = sbx.sandboxId;
   await until(() => counter(sbx) > 100, 'the guest counting');
   await sbx.pause();
-  const holder = spawn(process.execPath, ['--import', 'tsx', 'test/fixtures/sandbox-child.ts', 'hold', id], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const holder = spawn(process.execPath, nodeArgs('test/fixtures/sandbox-child.ts', 'hold', id), { stdio: ['ignore', 'pipe', 'pipe'] });
   try {
     let out = '';
     holder.stdout.on('data', (d: Buffer) => (out += d.toString()));
@@ -252,7 +253,7 @@ kvmTest("an owner SIGKILLed after writing a block: connect boots the disk its ma
   const id = sbx.sandboxId;
   await until(() => counter(sbx) > 100, 'the guest counting');
   await sbx.pause();
-  const holder = spawn(process.execPath, ['--import', 'tsx', 'test/fixtures/sandbox-child.ts', 'write-and-hold', id, '640000'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const holder = spawn(process.execPath, nodeArgs('test/fixtures/sandbox-child.ts', 'write-and-hold', id, '640000'), { stdio: ['ignore', 'pipe', 'pipe'] });
   try {
     let out = '';
     holder.stdout.on('data', (d: Buffer) => (out += d.toString()));
@@ -489,7 +490,7 @@ kvmTest('a process that ends by itself pauses its running sandboxes (beforeExit)
 });
 
 kvmTest('Sandbox.installSignalHandlers: SIGTERM pauses the running sandbox, then the process ends by the signal', async () => {
-  const c = spawn(process.execPath, ['--import', 'tsx', 'test/fixtures/sandbox-child.ts', 'signal'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const c = spawn(process.execPath, nodeArgs('test/fixtures/sandbox-child.ts', 'signal'), { stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '';
   c.stdout.on('data', (d: Buffer) => (out += d.toString()));
   const exited = new Promise<NodeJS.Signals | null>((resolve) => c.on('exit', (_code, sig) => resolve(sig)));
@@ -512,7 +513,7 @@ kvmTest('Sandbox.installSignalHandlers: SIGTERM pauses the running sandbox, then
 });
 
 kvmTest('SIGKILL of the owner of a sandbox never paused: connect boots the disk it wrote, saying why and what was lost', async () => {
-  const c = spawn(process.execPath, ['--import', 'tsx', 'test/fixtures/sandbox-child.ts', 'create-and-hold'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const c = spawn(process.execPath, nodeArgs('test/fixtures/sandbox-child.ts', 'create-and-hold'), { stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '';
   c.stdout.on('data', (d: Buffer) => (out += d.toString()));
   const exited = new Promise((resolve) => c.on('exit', resolve));
@@ -577,7 +578,7 @@ for (const end of ['terminate', 'exit'] as const) {
 }
 
 kvmTest('process.exit() at every lifecycle stage leaves a connectable sandbox', async () => {
-  const r = spawnSync(process.execPath, ['--import', 'tsx', 'test/fixtures/sandbox-child.ts', 'exit-at', '-', 'running'], { encoding: 'utf8', timeout: CHILD_MS });
+  const r = spawnSync(process.execPath, nodeArgs('test/fixtures/sandbox-child.ts', 'exit-at', '-', 'running'), { encoding: 'utf8', timeout: CHILD_MS });
   assert.is(r.status, 0, r.stderr);
   const id = (JSON.parse(r.stdout.trim().split('\n').pop()!) as { id: string }).id;
   try {
@@ -592,7 +593,7 @@ kvmTest('process.exit() at every lifecycle stage leaves a connectable sandbox', 
     assert.is(guestStatus(sbx).syncs, 0, 'captured without SYNC');
     await sbx.pause();
     for (const stage of ['paused', 'pausing', 'resuming', 'pausing', 'resuming']) {
-      const c = spawnSync(process.execPath, ['--import', 'tsx', 'test/fixtures/sandbox-child.ts', 'exit-at', id, stage], { encoding: 'utf8', timeout: CHILD_MS });
+      const c = spawnSync(process.execPath, nodeArgs('test/fixtures/sandbox-child.ts', 'exit-at', id, stage), { encoding: 'utf8', timeout: CHILD_MS });
       assert.is(c.status, 0, `${stage}: ${c.stderr}`);
       sbx = await Sandbox.connect(id);
       info = await sbx.getInfo();
@@ -622,7 +623,7 @@ kvmTest('SIGKILL of a process while it pauses and connects, at random moments (5
     await until(() => counter(sbx) > 100, 'the guest counting');
     await sbx.pause();
     for (let i = 0; i < rounds; i++) {
-      const c = spawn(process.execPath, ['--import', 'tsx', 'test/fixtures/sandbox-child.ts', 'cycles', id, '1000'], { stdio: ['ignore', 'pipe', 'pipe'] });
+      const c = spawn(process.execPath, nodeArgs('test/fixtures/sandbox-child.ts', 'cycles', id, '1000'), { stdio: ['ignore', 'pipe', 'pipe'] });
       let out = '';
       c.stdout.on('data', (d: Buffer) => (out += d.toString()));
       const exited = new Promise<void>((resolve) => c.on('exit', () => resolve()));

@@ -17,6 +17,7 @@ import type { Machine } from '../lib/vm/machine.js';
 import { privateHome, testvmSandboxTest, testvmStatus } from './sandbox-home.js';
 import { sleep, testvmCommand, testvmImage } from './vmm-guests.js';
 import { NESTED } from './bounds.js';
+import { nodeArgs } from './child-node.js';
 
 const kvmTest = await testvmSandboxTest('sandbox-template');
 const kernel = testvmImage()!;
@@ -220,7 +221,7 @@ kvmTest('a template sandbox paused 11 times: its own layers merge over the templ
 });
 
 kvmTest('a template sandbox never paused whose owner died: connect boots its disk (template layer + what it wrote)', async () => {
-  const p = spawn(process.execPath, ['--import', 'tsx', 'test/fixtures/template-child.ts', '64', 'write-and-hold'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const p = spawn(process.execPath, nodeArgs('test/fixtures/template-child.ts', '64', 'write-and-hold'), { stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '';
   let err = '';
   p.stdout.on('data', (d: Buffer) => (out += d.toString()));
@@ -289,7 +290,7 @@ kvmTest('a corrupted template is replaced by a new build: create still restores;
 
 kvmTest('two processes creating with new settings at once: one builds the template, both restore that build', async () => {
   const keys = new Set(builds().map((b) => b.key));
-  const p = spawn(process.execPath, ['--import', 'tsx', 'test/fixtures/template-child.ts', '72'], { stdio: ['pipe', 'pipe', 'pipe'] });
+  const p = spawn(process.execPath, nodeArgs('test/fixtures/template-child.ts', '72'), { stdio: ['pipe', 'pipe', 'pipe'] });
   let out = '';
   let err = '';
   p.stderr.on('data', (d: Buffer) => (err += d.toString()));

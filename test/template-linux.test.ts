@@ -23,6 +23,7 @@ import { guestUrl, LEFT_PAD, publishPackage, startNpmRegistry, writeLeftPad, typ
 import { ensureNodeImage, nodeImageSkipReason } from './image-fixtures/node-image.js';
 import { privateHome, realStore } from './sandbox-home.js';
 import { testUnless } from './skip-unless.js';
+import { nodeArgs } from './child-node.js';
 
 const FILE = 'template-linux';
 const support = await linuxGuestSupport();
@@ -131,7 +132,7 @@ imageTest("the post's flow: git clone from the host, npm install from a registry
     const p = await sbx.pause();
     const info = await Sandbox.getInfo(id);
     console.log(`  template-linux: after npm install, the pause wrote ${(p.bytes / 1048576).toFixed(1)} MiB; ${(info.bytesOnDisk / 1048576).toFixed(1)} MiB on disk beyond the template`);
-    const r = spawnSync(process.execPath, ['--import', 'tsx', 'test/fixtures/template-connect-child.ts', 'npm-test', id, '/home/node/project'], {
+    const r = spawnSync(process.execPath, nodeArgs('test/fixtures/template-connect-child.ts', 'npm-test', id, '/home/node/project'), {
       encoding: 'utf8',
       timeout: 400_000,
       env: { ...process.env, TORPOR_HOME: home },

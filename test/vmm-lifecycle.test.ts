@@ -15,6 +15,7 @@ import { Machine } from '../lib/vm/machine.js';
 import { COUNTER_GPA, PVH_BANNER, kvmSkipReason, pvhElf32, until, writeTemp } from './vmm-guests.js';
 import { bound } from './bounds.js';
 import { testUnless } from './skip-unless.js';
+import { nodeArgs } from './child-node.js';
 
 const kvmTest = testUnless('vmm-lifecycle', kvmSkipReason(), 'kvm');
 
@@ -190,7 +191,7 @@ kvmTest('machines started paused, 8 vCPUs each kicked while its thread starts: 5
   // A deadlock never ends; the bound only says when to stop waiting (5 s here on PVM, 50 s in the
   // nested host, past 120 s there once when its core was shared).
   const limitMs = bound(60_000);
-  const r = spawnSync(process.execPath, ['--import', 'tsx', 'test/fixtures/kick-at-start.ts', '500'], { encoding: 'utf8', timeout: limitMs });
+  const r = spawnSync(process.execPath, nodeArgs('test/fixtures/kick-at-start.ts', '500'), { encoding: 'utf8', timeout: limitMs });
   assert.is(r.signal, null, `the child hung (killed by ${r.signal} after ${limitMs / 1000} s); stderr: ${r.stderr}`);
   assert.is(r.status, 0, r.stderr);
   const out = JSON.parse(r.stdout.trim().split('\n').pop()!) as { cycles: number; ms: number };

@@ -25,6 +25,7 @@ import { Machine, type SnapshotResult } from '../lib/vm/machine.js';
 import { chainCommand } from './fixtures/linux-snapshot-child.js';
 import { NESTED } from './bounds.js';
 import { testUnless } from './skip-unless.js';
+import { nodeArgs } from './child-node.js';
 
 const support = await linuxGuestSupport();
 const linuxTest = testUnless(
@@ -73,7 +74,7 @@ function bootLinux(a: { kernel: string; rootfs: string }, work: string, cmdline:
 /** Runs the fixture in a child Node process; resolves to the JSON object on its last stdout line. */
 function child<T>(...args: string[]): Promise<T> {
   return new Promise((resolve, reject) => {
-    const p = spawn(process.execPath, ['--import', 'tsx', 'test/fixtures/linux-snapshot-child.ts', ...args], {
+    const p = spawn(process.execPath, nodeArgs('test/fixtures/linux-snapshot-child.ts', ...args), {
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     let out = '';

@@ -14,6 +14,7 @@ import { Machine } from '../lib/vm/machine.js';
 import { bootTestvm, sleep, testvmCommand, testvmSkipReason } from './vmm-guests.js';
 import { bound } from './bounds.js';
 import { testUnless } from './skip-unless.js';
+import { moduleSpecifier, nodeEvalArgs } from './child-node.js';
 
 const kvmTest = testUnless('vmm-restore-pool', testvmSkipReason(), 'kvm');
 const COUNTER = 0x100008;
@@ -77,7 +78,7 @@ kvmTest('a restore from a pooled VM shell continues the guest; depth 0 drops the
 /** Runs `script` in a child Node and times its exit from the moment its stdout's last line arrived. */
 function runTimingExit(script: string, limitMs: number) {
   return new Promise<{ status: number | null; signal: NodeJS.Signals | null; stdout: string; stderr: string; exitAfterLineMs: number }>((resolve, reject) => {
-    const c = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], {
+    const c = spawn(process.execPath, nodeEvalArgs(script), {
       env: { ...process.env, TORPOR_RESTORE_POOL: '2' },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
@@ -107,7 +108,7 @@ kvmTest('a process holding pooled VM shells exits at once (natural end and proce
     const limitMs = bound(30_000);
     for (const end of ['natural', 'exit']) {
       const script = `
-        import { Machine } from './lib/vm/machine.ts';
+        import { Machine } from ${JSON.stringify(moduleSpecifier('lib/vm/machine.ts'))};
         const r = await Machine.restore(${JSON.stringify(dir)});
         await r.stop();
         const deadline = Date.now() + 60000;

@@ -15,6 +15,7 @@ import { Machine } from '../lib/vm/machine.js';
 import { bootTestvm, sleep, testvmCommand, testvmSkipReason, until } from './vmm-guests.js';
 import { bound, NESTED } from './bounds.js';
 import { testUnless } from './skip-unless.js';
+import { nodeArgs } from './child-node.js';
 
 const kvmTest = testUnless('vmm-snapshot', testvmSkipReason(), 'kvm');
 
@@ -53,7 +54,7 @@ function crc32c(buf: Buffer): number {
 }
 
 function child(...args: string[]): string {
-  const r = spawnSync(process.execPath, ['--import', 'tsx', 'test/fixtures/snapshot-child.ts', ...args], {
+  const r = spawnSync(process.execPath, nodeArgs('test/fixtures/snapshot-child.ts', ...args), {
     encoding: 'utf8',
     timeout: 60_000,
   });
@@ -283,7 +284,7 @@ kvmTest('SIGKILL of a process capturing, at random moments: the previous generat
     const rounds = Number(process.env.TORPOR_SNAPSHOT_KILL_ROUNDS ?? 20);
     let generations = 0;
     for (let i = 0; i < rounds; i++) {
-      const c = spawn(process.execPath, ['--import', 'tsx', 'test/fixtures/snapshot-child.ts', 'capture', dir, '1000'], {
+      const c = spawn(process.execPath, nodeArgs('test/fixtures/snapshot-child.ts', 'capture', dir, '1000'), {
         stdio: ['ignore', 'pipe', 'pipe'],
       });
       let out = '';

@@ -23,6 +23,7 @@ import { baseArtifactDir } from '../../lib/setup/rootfs.js';
 import { streamProgress } from '../../lib/setup/progress.js';
 import { homeLayout, torporHome } from '../../lib/store/home.js';
 import { ensureNodeImage, nodeImageSkipReason } from '../image-fixtures/node-image.js';
+import { compileCheckout } from './compiled-checkout.js';
 import { FileClock } from './file-clock.js';
 import { ensureL1Kernel } from './l1-kernel.js';
 import { selectedFiles } from './suite.js';
@@ -271,23 +272,21 @@ async function main(): Promise<number> {
     fail(NESTED_EXIT.setup, 'the native addon is not built in this checkout (npm ci, or npx node-gyp rebuild)');
   }
 
-  // The CLI test files' `torpor` runs (test/fixtures/cli.ts) load lib/ compiled, as the published
-  // package does, not through tsx: in L1 a tsx start of the CLI took 50 to 100 s, and cli-sandbox
-  // makes 16 (840 s in a clean-clone CI run, 2026-12-07). Compiled here from this checkout, into a
-  // directory of this run beside lib/ (modules find the package root one level above their own).
-  let compiledLib: string | undefined;
-  let wantsCli = false;
-  try {
-    wantsCli = command.includes('test/nested/suite.ts') && selectedFiles().some((f) => f.startsWith('cli-'));
-  } catch (err) {
-    fail(NESTED_EXIT.setup, (err as Error).message);
-  }
-  if (wantsCli) {
-    const dir = mkdtempSync(join(checkout, '.nested-lib-'));
+  // The suite's child Node processes (test/child-node.ts) and the CLI tests' `torpor` runs
+  // (test/fixtures/cli.ts) start from the checkout compiled here (test/nested/compiled-checkout.ts),
+  // as the published package runs dist/, not through tsx: in L1 a tsx start of the CLI took 50 to
+  // 100 s against 5 to 10 compiled, and cli-sandbox makes 16 (840 s in a clean-clone CI run,
+  // 2026-12-07); sandbox-pause, vmm-linux-snapshot and others start children as often.
+  let compiled: string | undefined;
+  if (command.includes('test/nested/suite.ts')) {
+    try {
+      selectedFiles();
+      compiled = compileCheckout(checkout);
+    } catch (err) {
+      fail(NESTED_EXIT.setup, `compiling this checkout for the suite's child processes: ${(err as Error).message}`);
+    }
+    const dir = compiled;
     process.on('exit', () => rmSync(dir, { recursive: true, force: true }));
-    const tsc = spawnSync(process.execPath, [join(checkout, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', join(checkout, 'tsconfig.build.json'), '--outDir', dir], { stdio: 'inherit' });
-    if (tsc.status !== 0 || !existsSync(join(dir, 'cli', 'main.js'))) fail(NESTED_EXIT.setup, `compiling lib/ for the CLI tests (tsc -p tsconfig.build.json) failed`);
-    compiledLib = dir;
   }
 
   const run = mkdtempSync(join(tmpdir(), 'torpor-nested-'));
@@ -298,7 +297,10 @@ async function main(): Promise<number> {
   // publishes torpor's dependencies from it into the npm registry it starts, as it does here.
   const npmCache = spawnSync('npm', ['config', 'get', 'cache'], { encoding: 'utf8' }).stdout?.trim();
   if (npmCache) env.TORPOR_TEST_NPM_CACHE = npmCache;
-  if (compiledLib) env.TORPOR_TEST_CLI_LIB = compiledLib;
+  if (compiled) {
+    env.TORPOR_TEST_BUILD = compiled;
+    env.TORPOR_TEST_CLI_LIB = join(compiled, 'lib');
+  }
   // The suite keeps what it finished in the run share, so a fresh L1 can go on after a wedge.
   if (resumable) {
     env.NESTED_SUITE_STATE = '/run/nested/suite-state.json';
