@@ -7,19 +7,23 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 
 const checkout = fileURLToPath(new URL('..', import.meta.url));
 
+/** Where the build (TORPOR_TEST_BUILD) has the .ts file `path` of this checkout (absolute, or relative to it) compiled. */
+function built(build: string, path: string): string {
+  const rel = isAbsolute(path) ? relative(checkout, path) : path;
+  return join(build, rel.replace(/\.ts$/, '.js'));
+}
+
 /** process.execPath's arguments that run `script` (a .ts file of this checkout: absolute, or relative to it) with `args`. */
 export function nodeArgs(script: string, ...args: string[]): string[] {
   const build = process.env.TORPOR_TEST_BUILD;
-  if (!build) return ['--import', 'tsx', script, ...args];
-  const rel = isAbsolute(script) ? relative(checkout, script) : script;
-  return [join(build, rel.replace(/\.ts$/, '.js')), ...args];
+  return build ? [built(build, script), ...args] : ['--import', 'tsx', script, ...args];
 }
 
-/** A module of this checkout as `import` takes it in a child's `-e` script: the .ts path (through
- *  tsx) or the build's .js file. */
+/** A module of this checkout (`path` relative to it) as `import` takes it in a child's `-e`
+ *  script: the .ts path (through tsx) or the build's .js file. */
 export function moduleSpecifier(path: string): string {
   const build = process.env.TORPOR_TEST_BUILD;
-  return build ? pathToFileURL(join(build, path.replace(/\.ts$/, '.js'))).href : `./${path}`;
+  return build ? pathToFileURL(built(build, path)).href : `./${path}`;
 }
 
 /** process.execPath's arguments that run the ES module source `script` (its imports from moduleSpecifier). */

@@ -280,7 +280,7 @@ async function main(): Promise<number> {
   let compiled: string | undefined;
   if (command.includes('test/nested/suite.ts')) {
     try {
-      selectedFiles();
+      selectedFiles(); // a bad NESTED_SUITE_PART or NESTED_SUITE_FILES fails here, before the build
       compiled = compileCheckout(checkout);
     } catch (err) {
       fail(NESTED_EXIT.setup, `compiling this checkout for the suite's child processes: ${(err as Error).message}`);
